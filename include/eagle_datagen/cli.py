@@ -1,0 +1,197 @@
+"""The `eagle-datagen` command line.
+
+Expected failures (bad flags, a missing source, a tokenizer that does not fit the profile, too many
+rejected records) print one line on stderr and exit 1; usage errors exit 2, as argparse does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from eagle_datagen.errors import DataGenError
+
+EPILOG = """\
+SRC is a file (.jsonl, .jsonl.gz, .parquet, .csv), a folder, a quoted glob or an s3:// URI (a key, a prefix
+or a glob). S3 endpoint and credentials come from the standard AWS environment variables (AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY). TOK is a tokenizer directory, a hub id, or standin:kimi-k2.5 for
+the stand-in tokenizer the project builds itself (tests and the demo use it).
+"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1 (a fraction, e.g. 0.05)")
+    return value
+
+
+def _categories(text: str) -> list[str]:
+    from eagle_datagen.records import CATEGORY_PATTERN
+
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in names if not CATEGORY_PATTERN.fullmatch(c)]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"bad category list {text!r}: give lowercase names separated by commas")
+    return names
+
+
+def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("prompt sources (give --recipe or --prompts)")
+    group.add_argument("--prompts", action="append", default=[], metavar="SRC",
+                       help="prompt records (data contract v1) to read; repeat for several sources. "
+                            "Each record must carry its own category.")
+    group.add_argument("--recipe", metavar="FILE",
+                       help="recipe YAML mapping categories to sources, caps and sampling (see include/recipes/)")
+    group.add_argument("--categories", type=_categories, metavar="a,b",
+                       help="only these categories (default: all)")
+    group.add_argument("--limit", type=_positive_int, metavar="N",
+                       help="at most N prompts per category, sampled deterministically (default: no limit)")
+    group.add_argument("--seed", type=int, metavar="N",
+                       help="seed of the sampling under caps and --limit (default: the recipe's, else 0)")
+    group.add_argument("--max-reject-rate", type=_rate, metavar="R",
+                       help="fail when more than this fraction of records is rejected "
+                            "(default: the recipe's, else 0.05)")
+    group.add_argument("--max-record-bytes", type=_positive_int, default=1_000_000, metavar="N",
+                       help="reject records whose prompt JSON is larger than N bytes (default: 1000000)")
+
+
+def _add_tokenizer_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model")
+    group.add_argument("--tokenizer", required=True, metavar="TOK",
+                       help="tokenizer directory or hub id of the target model, or standin:kimi-k2.5")
+    group.add_argument("--profile", default="kimi-k2.5", metavar="NAME|FILE",
+                       help="model profile: a shipped name (kimi-k2.5, qwen3, deepseek-r1) or a YAML file "
+                            "(default: kimi-k2.5)")
+    group.add_argument("--trust-remote-code", action="store_true",
+                       help="allow the tokenizer to run its own Python code (needed by the real Kimi "
+                            "tokenizer; only for sources you trust)")
+    group.add_argument("--max-prompt-tokens", type=_positive_int, metavar="N",
+                       help="reject prompts longer than N tokens (default: the recipe's, else 32768)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="eagle-datagen",
+        description="Token-exact EAGLE-3 drafter training data: prompts -> chat template -> SGLang /generate "
+                    "-> validated Parquet shards.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--log-level", default=os.environ.get("EAGLE_DATAGEN_LOG_LEVEL", "INFO"),
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging detail on stderr (default: INFO)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    tokenize = commands.add_parser(
+        "tokenize",
+        help="read, validate, deduplicate and tokenize prompts with the model's chat template",
+        description="Read prompt records, validate and deduplicate them, render them with the model's chat "
+                    "template and tokenize them. Writes DIR/tokenized/category=<c>/part-*.parquet "
+                    "(record_id, prompt_id, category, prompt_ids), DIR/rejects/rejects.jsonl (one reason per "
+                    "rejected record) and DIR/tokenized/_summary.json.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_source_arguments(tokenize)
+    _add_tokenizer_arguments(tokenize)
+    out = tokenize.add_argument_group("output and speed")
+    out.add_argument("--output", required=True, metavar="DIR",
+                     help="output folder (or s3://bucket/prefix) for tokenized parts, rejects and the summary")
+    out.add_argument("--processes", type=_positive_int, metavar="N",
+                     help="worker processes for tokenization (default: one per 2000 prompts, up to the CPU count)")
+    tokenize.set_defaults(handler=_tokenize)
+
+    standin = commands.add_parser(
+        "build-standin-tokenizer",
+        help="write the stand-in Kimi-K2.5 tokenizer to a folder",
+        description="Build the project's stand-in for the Kimi-K2.5 tokenizer (real special ids and chat "
+                    "template shape, a small BPE) into DIR, loadable with transformers.AutoTokenizer.",
+    )
+    standin.add_argument("output", metavar="DIR", help="folder to write the tokenizer files into")
+    standin.set_defaults(handler=_build_standin)
+    return parser
+
+
+def _tokenize(args: argparse.Namespace) -> int:
+    from eagle_datagen.tokenization.stage import TokenizeOptions, run_tokenize
+
+    summary = run_tokenize(
+        TokenizeOptions(
+            output=args.output,
+            tokenizer=args.tokenizer,
+            prompts=args.prompts,
+            recipe=args.recipe,
+            profile=args.profile,
+            categories=args.categories,
+            limit=args.limit,
+            max_prompt_tokens=args.max_prompt_tokens,
+            max_reject_rate=args.max_reject_rate,
+            max_record_bytes=args.max_record_bytes,
+            seed=args.seed,
+            processes=args.processes,
+            trust_remote_code=args.trust_remote_code,
+        )
+    )
+    print(format_tokenize_summary(summary.to_json()))
+    return 0
+
+
+def format_tokenize_summary(summary: dict) -> str:
+    lines = [
+        f"tokenized {summary['prompts']:,} prompts from {summary['records_read']:,} records "
+        f"({summary['rejected']:,} rejected, {summary['duplicates']:,} duplicates, {summary['capped']:,} over caps)",
+        f"{'category':<16}{'prompts':>9}{'rejected':>10}{'median tokens':>15}{'max tokens':>12}",
+    ]
+    for name, c in summary["categories"].items():
+        lines.append(
+            f"{name:<16}{c['prompts']:>9,}{c['rejected']:>10,}{c['prompt_tokens_median']:>15,.0f}"
+            f"{c['prompt_tokens_max']:>12,}"
+        )
+    lines.append(f"output: {summary['output']} ({len(summary['files'])} parquet part(s))")
+    if summary["rejects_file"]:
+        lines.append(f"rejects: {summary['output'].rstrip('/')}/{summary['rejects_file']}")
+    lines.append(f"chat template sha256: {summary['tokenizer']['chat_template_sha256']}")
+    return "\n".join(lines)
+
+
+def _build_standin(args: argparse.Namespace) -> int:
+    from eagle_datagen.standin.kimi_tokenizer import build_standin_kimi_tokenizer
+
+    print(build_standin_kimi_tokenizer(args.output))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        return args.handler(args)
+    except DataGenError as exc:
+        print(f"eagle-datagen: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("eagle-datagen: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,1 @@
+"""Shipped model profiles (YAML), loaded by eagle_datagen.profile."""

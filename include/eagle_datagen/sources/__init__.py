@@ -1,0 +1,1 @@
+"""Prompt sources: locations, readers, recipes and the collection of validated, deduplicated prompts."""

@@ -1,0 +1,106 @@
+"""Resolve a prompt source spec (file, folder, glob or `s3://` URI) into the files it names."""
+
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle_datagen.errors import SourceError
+from eagle_datagen.objectstore.s3 import GLOB_CHARS, S3Uri, describe_error, is_s3_uri, match_keys, read_object
+
+FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
+COMPRESSIONS = (".gz", ".zst")
+
+
+def source_format(name: str) -> str | None:
+    """jsonl, parquet or csv by file name (`.jsonl.gz` and `.jsonl.zst` are jsonl); None if unsupported."""
+    stem = name
+    for suffix in COMPRESSIONS:
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            if FORMATS.get(Path(stem).suffix) == "parquet":
+                return None
+    return FORMATS.get(Path(stem).suffix.lower())
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    uri: str  # a local path or s3://bucket/key
+
+    @property
+    def format(self) -> str:
+        fmt = source_format(self.uri)
+        assert fmt is not None, self.uri
+        return fmt
+
+    def read_bytes(self) -> bytes:
+        try:
+            if is_s3_uri(self.uri):
+                s3 = S3Uri.parse(self.uri)
+                data = read_object(s3.bucket, s3.key)
+            else:
+                data = Path(self.uri).read_bytes()
+        except OSError as exc:
+            raise SourceError(f"cannot read prompt source {self.uri}: {exc.strerror or exc}") from None
+        except Exception as exc:  # boto errors: one line with the S3 error code
+            raise SourceError(f"cannot read prompt source {self.uri}: {describe_error(exc)}") from None
+        return _decompress(self.uri, data)
+
+
+def _decompress(uri: str, data: bytes) -> bytes:
+    try:
+        if uri.endswith(".gz"):
+            import gzip
+
+            return gzip.decompress(data)
+        if uri.endswith(".zst"):
+            import pyarrow as pa
+
+            with pa.input_stream(pa.py_buffer(data), compression="zstd") as stream:
+                return stream.read()
+    except (OSError, EOFError) as exc:
+        raise SourceError(f"cannot decompress prompt source {uri}: {exc}") from None
+    return data
+
+
+def _supported(names: list[str]) -> list[str]:
+    return sorted(n for n in names if source_format(n) is not None)
+
+
+def resolve_source(spec: str, base_dir: Path | None = None) -> list[SourceFile]:
+    """All files a spec names, sorted; a spec that names nothing is an error (a typo must not pass silently)."""
+    if is_s3_uri(spec):
+        try:
+            uri = S3Uri.parse(spec)
+            keys = match_keys(uri)
+        except ValueError as exc:
+            raise SourceError(f"bad prompt source {spec}: {exc}") from None
+        except Exception as exc:
+            raise SourceError(
+                f"cannot list prompt source {spec}: {describe_error(exc)} "
+                "(check the bucket, AWS_ENDPOINT_URL and credentials)"
+            ) from None
+        files = _supported(keys)
+        if not files:
+            raise SourceError(f"prompt source {spec} names no .jsonl, .parquet or .csv objects")
+        return [SourceFile(f"s3://{uri.bucket}/{key}") for key in files]
+
+    path = Path(spec)
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    if any(c in spec for c in GLOB_CHARS):
+        matches = _supported([p for p in glob.glob(str(path), recursive=True) if Path(p).is_file()])
+        if not matches:
+            raise SourceError(f"prompt source {spec} matches no .jsonl, .parquet or .csv files")
+        return [SourceFile(p) for p in matches]
+    if path.is_dir():
+        matches = _supported([str(p) for p in path.rglob("*") if p.is_file()])
+        if not matches:
+            raise SourceError(f"prompt source folder {spec} holds no .jsonl, .parquet or .csv files")
+        return [SourceFile(p) for p in matches]
+    if not path.exists():
+        raise SourceError(f"prompt source not found: {path} (check the path, or quote a glob)")
+    if source_format(path.name) is None:
+        raise SourceError(f"unsupported prompt source format: {path} (use .jsonl, .parquet or .csv)")
+    return [SourceFile(str(path))]

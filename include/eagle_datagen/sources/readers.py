@@ -1,0 +1,111 @@
+"""Read raw prompt rows from JSONL, Parquet and CSV files.
+
+A line that is not valid UTF-8 or JSON becomes a `Reject` (stage "read") and reading goes on; a file
+that cannot be read or parsed as a whole raises `SourceError`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from eagle_datagen.errors import SourceError
+from eagle_datagen.records import Reject, excerpt_of
+from eagle_datagen.sources.locations import SourceFile
+
+# Tabular formats cannot nest: these columns hold JSON text there.
+JSON_COLUMNS = ("messages", "tools")
+OPTIONAL_TEXT_COLUMNS = ("id", "category", "source", "tools")
+
+
+@dataclass(frozen=True, slots=True)
+class RawRow:
+    origin: str
+    value: Any
+
+
+def read_rows(source: SourceFile) -> Iterator[RawRow | Reject]:
+    data = source.read_bytes()
+    readers = {"jsonl": _jsonl_rows, "parquet": _parquet_rows, "csv": _csv_rows}
+    yield from readers[source.format](source.uri, data)
+
+
+def _jsonl_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        origin = f"{uri}:{number}"
+        if not line.strip():
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield Reject("invalid_utf8", f"line {number} is not valid UTF-8 ({exc.reason} at byte {exc.start})",
+                         origin, stage="read", excerpt=excerpt_of(line))
+            continue
+        try:
+            yield RawRow(origin, json.loads(text))
+        except RecursionError:
+            yield Reject("too_deeply_nested", f"line {number} is nested too deeply to parse", origin,
+                         stage="read", excerpt=excerpt_of(text))
+        except ValueError as exc:
+            yield Reject("invalid_json", f"line {number} is not valid JSON: {exc}", origin,
+                         stage="read", excerpt=excerpt_of(text))
+
+
+def _decode_tabular_row(origin: str, row: dict[str, Any]) -> RawRow | Reject:
+    row = dict(row)
+    for column in OPTIONAL_TEXT_COLUMNS:  # an empty cell means "absent"
+        if row.get(column) == "":
+            row[column] = None
+    for column in JSON_COLUMNS:
+        value = row.get(column)
+        if isinstance(value, str):
+            try:
+                row[column] = json.loads(value)
+            except (ValueError, RecursionError) as exc:
+                return Reject("invalid_json", f"column {column!r} is not valid JSON: {exc}", origin,
+                              stage="read", record_id=row.get("id") if isinstance(row.get("id"), str) else None,
+                              excerpt=excerpt_of(value))
+    return RawRow(origin, _drop_nulls(row))
+
+
+def _drop_nulls(value: Any) -> Any:
+    """Parquet structs give every field to every row; a field that is null was simply not there."""
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
+
+
+def _parquet_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as exc:
+        raise SourceError(f"cannot read Parquet prompt source {uri}: {exc}") from None
+    number = 0
+    for batch in parquet.iter_batches(batch_size=4096):
+        for row in batch.to_pylist():
+            number += 1
+            yield _decode_tabular_row(f"{uri}:row{number}", row)
+
+
+def _csv_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"CSV prompt source {uri} is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if reader.fieldnames is None or "messages" not in reader.fieldnames:
+        raise SourceError(f"CSV prompt source {uri} needs a header row with a 'messages' column (JSON text)")
+    try:
+        for number, row in enumerate(reader, start=1):
+            yield _decode_tabular_row(f"{uri}:row{number}", {k: v for k, v in row.items() if k is not None})
+    except csv.Error as exc:
+        raise SourceError(f"CSV prompt source {uri} is malformed at line {reader.line_num}: {exc}") from None

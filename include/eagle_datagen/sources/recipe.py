@@ -1,0 +1,138 @@
+"""Recipes: which sources feed which category, with caps and sampling overrides (YAML, strict).
+
+```yaml
+version: 1
+name: demo
+seed: 20260101            # sampling under a cap is a pure function of (seed, category, prompt_id)
+max_reject_rate: 0.05     # fail the run when more input records than this are rejected
+defaults:
+  samples_per_prompt: 1
+  max_prompt_tokens: 32768
+  sampling: {temperature: 1.0, top_p: 0.95, max_new_tokens: 8192}
+categories:
+  math:
+    sources: [data/math/*.jsonl, {path: "s3://bucket/math/", max_prompts: 5000}]
+    max_prompts: 20000
+    sampling: {max_new_tokens: 16384}
+```
+Relative source paths are resolved against the recipe file's folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.records import CATEGORY_PATTERN
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SamplingParams(_Strict):
+    """SGLang sampling parameters a recipe may set (`sampling_seed` is derived per sample, not set here)."""
+
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    max_new_tokens: int | None = Field(None, gt=0)
+
+    def merged(self, override: SamplingParams | None) -> SamplingParams:
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_none=True))
+
+
+class SourceSpec(_Strict):
+    path: str = Field(min_length=1)
+    max_prompts: int | None = Field(None, gt=0)
+
+
+class CategorySpec(_Strict):
+    sources: list[SourceSpec] = Field(min_length=1)
+    max_prompts: int | None = Field(None, gt=0)
+    samples_per_prompt: int | None = Field(None, gt=0, le=64)
+    max_prompt_tokens: int | None = Field(None, gt=0)
+    sampling: SamplingParams | None = None
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _plain_paths(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list):
+            return [{"path": v} if isinstance(v, str) else v for v in value]
+        return value
+
+
+class Defaults(_Strict):
+    samples_per_prompt: int = Field(1, gt=0, le=64)
+    max_prompt_tokens: int = Field(32768, gt=0)
+    sampling: SamplingParams = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=8192)
+
+
+class Recipe(_Strict):
+    version: Literal[1] = 1
+    name: str = "recipe"
+    seed: int = 0
+    max_reject_rate: float = Field(0.05, ge=0.0, le=1.0)
+    defaults: Defaults = Defaults()
+    categories: dict[str, CategorySpec] = Field(min_length=1)
+    base_dir: Path | None = Field(None, exclude=True)
+
+    @field_validator("categories")
+    @classmethod
+    def _category_names(cls, value: dict[str, CategorySpec]) -> dict[str, CategorySpec]:
+        for name in value:
+            if not CATEGORY_PATTERN.fullmatch(name):
+                raise ValueError(f"category name {name!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
+        return value
+
+    def sampling_for(self, category: str) -> SamplingParams:
+        return self.defaults.sampling.merged(self.categories[category].sampling)
+
+    def samples_per_prompt_for(self, category: str) -> int:
+        return self.categories[category].samples_per_prompt or self.defaults.samples_per_prompt
+
+    def max_prompt_tokens_for(self, category: str) -> int:
+        return self.categories[category].max_prompt_tokens or self.defaults.max_prompt_tokens
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "recipe"
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        message = "unknown key (check the spelling against the recipe format in the README)"
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {message}{more}"
+
+
+def parse_recipe(raw: Any, origin: str = "<recipe>", base_dir: Path | None = None) -> Recipe:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"recipe {origin} must be a YAML mapping with 'categories'")
+    try:
+        return Recipe.model_validate({**raw, "base_dir": base_dir})
+    except ValidationError as exc:
+        raise ConfigError(f"recipe {origin} is invalid: {_first_error(exc)}") from None
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"recipe not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read recipe {path}: {exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"recipe {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    return parse_recipe(raw, str(path), base_dir=path.resolve().parent)

@@ -1,0 +1,99 @@
+"""An output root: a local directory or `s3://bucket/prefix`, addressed by relative keys.
+
+Local writes go to a temporary name and are renamed into place, so a reader never sees half a file.
+S3 writes carry a SHA256 checksum that the server verifies.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from eagle_datagen.errors import DataGenError
+from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, list_keys, s3_client
+
+
+class OutputRoot(Protocol):
+    uri: str
+
+    def write_bytes(self, key: str, data: bytes) -> str: ...
+
+    def read_bytes(self, key: str) -> bytes: ...
+
+    def list(self, prefix: str = "") -> list[str]: ...
+
+    def location(self, key: str) -> str: ...
+
+
+@dataclass
+class LocalOutputRoot:
+    uri: str
+
+    @property
+    def path(self) -> Path:
+        return Path(self.uri)
+
+    def location(self, key: str) -> str:
+        return str(self.path / key)
+
+    def write_bytes(self, key: str, data: bytes) -> str:
+        target = self.path / key
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return str(target)
+
+    def read_bytes(self, key: str) -> bytes:
+        return (self.path / key).read_bytes()
+
+    def list(self, prefix: str = "") -> list[str]:
+        if not self.path.exists():
+            return []
+        keys = (p.relative_to(self.path).as_posix() for p in self.path.rglob("*") if p.is_file())
+        return sorted(k for k in keys if k.startswith(prefix) and not Path(k).name.startswith("."))
+
+
+@dataclass
+class S3OutputRoot:
+    uri: str
+
+    @property
+    def _base(self) -> S3Uri:
+        return S3Uri.parse(self.uri.rstrip("/") + "/")
+
+    def _key(self, key: str) -> str:
+        return self._base.key + key
+
+    def location(self, key: str) -> str:
+        return f"s3://{self._base.bucket}/{self._key(key)}"
+
+    def write_bytes(self, key: str, data: bytes) -> str:
+        try:
+            s3_client().put_object(
+                Bucket=self._base.bucket, Key=self._key(key), Body=data, ChecksumAlgorithm="SHA256"
+            )
+        except Exception as exc:
+            raise DataGenError(f"cannot write {self.location(key)}: {describe_error(exc)}") from None
+        return self.location(key)
+
+    def read_bytes(self, key: str) -> bytes:
+        return s3_client().get_object(Bucket=self._base.bucket, Key=self._key(key))["Body"].read()
+
+    def list(self, prefix: str = "") -> list[str]:
+        start = len(self._base.key)
+        return sorted(k[start:] for k in list_keys(self._base.bucket, self._key(prefix)))
+
+
+def open_output_root(uri: str) -> OutputRoot:
+    return S3OutputRoot(uri) if is_s3_uri(uri) else LocalOutputRoot(uri)

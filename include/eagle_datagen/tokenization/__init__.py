@@ -1,0 +1,1 @@
+"""Render prompts with the model's chat template and tokenize them on the client."""

@@ -1,0 +1,69 @@
+"""Write tokenized prompts and rejects under an output root.
+
+`tokenized/category=<c>/part-NNNNN.parquet` holds `record_id`, `prompt_id`, `category` and
+`prompt_ids` (list<int32>); rejects are JSON lines, one per rejected record, with their reason.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from eagle_datagen.records import Reject
+from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.tokenization.tokenize import TokenizedPrompt
+
+TOKENIZED_SCHEMA = pa.schema(
+    [
+        ("record_id", pa.string()),
+        ("prompt_id", pa.string()),
+        ("category", pa.string()),
+        ("prompt_ids", pa.list_(pa.int32())),
+    ]
+)
+PART_ROWS = 50_000
+
+
+def tokenized_table(prompts: Sequence[TokenizedPrompt]) -> pa.Table:
+    return pa.table(
+        {
+            "record_id": [p.record.record_id for p in prompts],
+            "prompt_id": [p.record.prompt_id for p in prompts],
+            "category": [p.record.category for p in prompts],
+            "prompt_ids": [p.prompt_ids for p in prompts],
+        },
+        schema=TOKENIZED_SCHEMA,
+    )
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def write_tokenized(root: OutputRoot, prompts: Sequence[TokenizedPrompt], part_rows: int = PART_ROWS) -> list[str]:
+    """One folder per category, parts of at most `part_rows` rows; returns the keys written."""
+    by_category: dict[str, list[TokenizedPrompt]] = {}
+    for prompt in prompts:
+        by_category.setdefault(prompt.record.category, []).append(prompt)
+    keys = []
+    for category in sorted(by_category):
+        rows = by_category[category]
+        for part, start in enumerate(range(0, len(rows), part_rows)):
+            key = f"tokenized/category={category}/part-{part:05d}.parquet"
+            root.write_bytes(key, parquet_bytes(tokenized_table(rows[start : start + part_rows])))
+            keys.append(key)
+    return keys
+
+
+def write_rejects(root: OutputRoot, key: str, rejects: Iterable[Reject]) -> str | None:
+    lines = [json.dumps(r.to_json(), ensure_ascii=False) for r in rejects]
+    if not lines:
+        return None
+    root.write_bytes(key, ("\n".join(lines) + "\n").encode("utf-8"))
+    return key

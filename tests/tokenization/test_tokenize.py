@@ -1,0 +1,78 @@
+"""The tokenize stage: identical ids to apply_chat_template, in order, across processes, with rejects."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import DEMO_RECIPE, user_record
+
+from eagle_datagen.records import validate_record
+from eagle_datagen.sources.collect import collect_prompts, plans_from_recipe
+from eagle_datagen.sources.recipe import load_recipe
+from eagle_datagen.tokenization.loader import load_tokenizer
+from eagle_datagen.tokenization.tokenize import tokenize_prompts
+
+
+@pytest.fixture(scope="module")
+def demo_records():
+    recipe = load_recipe(DEMO_RECIPE)
+    return collect_prompts(plans_from_recipe(recipe), base_dir=recipe.base_dir).prompts
+
+
+def reference_ids(tokenizer, record):
+    return tokenizer.apply_chat_template(
+        record.messages, tools=record.tools, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+
+
+def test_ids_equal_apply_chat_template_for_every_demo_prompt(loaded_tokenizer, demo_records):
+    result = tokenize_prompts(loaded_tokenizer, demo_records, max_prompt_tokens=100_000, processes=1, batch_size=7)
+    assert not result.rejects
+    assert [t.record for t in result.prompts] == demo_records
+    for item in result.prompts:
+        assert item.prompt_ids == reference_ids(loaded_tokenizer.tokenizer, item.record)
+        assert item.prompt_ids[-1] == 163606
+
+
+def test_processes_give_the_same_result_in_the_same_order(loaded_tokenizer, demo_records):
+    records = demo_records * 3  # repeated records are fine here: order must still hold
+    one = tokenize_prompts(loaded_tokenizer, records, 100_000, processes=1, batch_size=16)
+    two = tokenize_prompts(loaded_tokenizer, records, 100_000, processes=2, batch_size=16)
+    assert [t.prompt_ids for t in one.prompts] == [t.prompt_ids for t in two.prompts]
+    assert [t.record.prompt_id for t in two.prompts] == [r.prompt_id for r in records]
+
+
+def test_prompts_over_the_limit_are_rejected_with_the_reason(loaded_tokenizer):
+    records = [validate_record(user_record("short", id="s"), "o:1"),
+               validate_record(user_record("word " * 500, id="long", category="math"), "o:2")]
+    result = tokenize_prompts(loaded_tokenizer, records, {"*": 100, "chat": 100}, processes=1)
+    assert [t.record.record_id for t in result.prompts] == ["s"]
+    [reject] = result.rejects
+    assert (reject.reason, reject.record_id, reject.stage, reject.category) == ("prompt_too_long", "long", "tokenize", "math")
+    assert "limit 100" in reject.detail
+    per_category = tokenize_prompts(loaded_tokenizer, records, {"*": 100, "math": 10_000}, processes=1)
+    assert len(per_category.prompts) == 2
+
+
+def test_context_length_bounds_the_limit(loaded_tokenizer):
+    from dataclasses import replace
+
+    tiny = replace(loaded_tokenizer, profile=replace(loaded_tokenizer.profile, context_length=20))
+    record = validate_record(user_record("a fairly long sentence with quite a few words in it"), "o")
+    assert tokenize_prompts(tiny, [record], 100_000, processes=1).rejects[0].reason == "prompt_too_long"
+
+
+def test_template_errors_reject_one_record_and_the_rest_go_on(standin_dir, tmp_path, kimi_profile):
+    target = tmp_path / "tok"
+    shutil.copytree(standin_dir, target)
+    template = (target / "chat_template.jinja").read_text()
+    (target / "chat_template.jinja").write_text(
+        "{%- if 'forbidden' in messages[-1]['content'] -%}{{ raise_exception('forbidden word') }}{%- endif -%}"
+        + template
+    )
+    loaded = load_tokenizer(str(target), kimi_profile)
+    records = [validate_record(user_record(t), f"o:{i}") for i, t in enumerate(["fine", "forbidden", "also fine"])]
+    result = tokenize_prompts(loaded, records, 1000, processes=1)
+    assert [t.record.messages[0]["content"] for t in result.prompts] == ["fine", "also fine"]
+    assert result.rejects[0].reason == "template_error" and "forbidden word" in result.rejects[0].detail

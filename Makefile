@@ -22,7 +22,7 @@ $(STAMP): $(REQ_FILES)
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
 
-test: venv  ## the whole suite, integration tests included (what CI runs)
+test: venv lint  ## ruff, then the whole suite, integration tests included (what CI runs)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## skip the slow integration tests

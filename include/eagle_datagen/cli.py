@@ -54,74 +54,123 @@ def _categories(text: str) -> list[str]:
 
 def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("prompt sources (give --recipe or --prompts)")
-    group.add_argument("--prompts", action="append", default=[], metavar="SRC",
-                       help="prompt records (data contract v1) to read; repeat for several sources. "
-                            "Each record must carry its own category.")
-    group.add_argument("--recipe", metavar="FILE",
-                       help="recipe YAML mapping categories to sources, caps and sampling (see include/recipes/)")
-    group.add_argument("--categories", type=_categories, metavar="a,b",
-                       help="only these categories (default: all)")
-    group.add_argument("--limit", type=_positive_int, metavar="N",
-                       help="at most N prompts per category, sampled deterministically (default: no limit)")
-    group.add_argument("--seed", type=int, metavar="N",
-                       help="seed of the sampling under caps and --limit (default: the recipe's, else 0)")
-    group.add_argument("--max-reject-rate", type=_rate, metavar="R",
-                       help="fail when more than this fraction of records is rejected "
-                            "(default: the recipe's, else 0.05)")
-    group.add_argument("--max-record-bytes", type=_positive_int, default=1_000_000, metavar="N",
-                       help="reject records whose prompt JSON is larger than N bytes (default: 1000000)")
+    group.add_argument(
+        "--prompts",
+        action="append",
+        default=[],
+        metavar="SRC",
+        help="prompt records (data contract v1) to read; repeat for several sources. "
+        "Each record must carry its own category.",
+    )
+    group.add_argument(
+        "--recipe",
+        metavar="FILE",
+        help="recipe YAML mapping categories to sources, caps and sampling (see include/recipes/)",
+    )
+    group.add_argument("--categories", type=_categories, metavar="a,b", help="only these categories (default: all)")
+    group.add_argument(
+        "--limit",
+        type=_positive_int,
+        metavar="N",
+        help="at most N prompts per category, sampled deterministically (default: no limit)",
+    )
+    group.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed of the sampling under caps and --limit (default: the recipe's, else 0)",
+    )
+    group.add_argument(
+        "--max-reject-rate",
+        type=_rate,
+        metavar="R",
+        help="fail when more than this fraction of records is rejected (default: the recipe's, else 0.05)",
+    )
+    group.add_argument(
+        "--max-record-bytes",
+        type=_positive_int,
+        default=1_000_000,
+        metavar="N",
+        help="reject records whose prompt JSON is larger than N bytes (default: 1000000)",
+    )
 
 
 def _add_tokenizer_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
-    group.add_argument("--tokenizer", required=True, metavar="TOK",
-                       help="tokenizer directory or hub id of the target model, or standin:kimi-k2.5")
-    group.add_argument("--profile", default="kimi-k2.5", metavar="NAME|FILE",
-                       help="model profile: a shipped name (kimi-k2.5, qwen3, deepseek-r1) or a YAML file "
-                            "(default: kimi-k2.5)")
-    group.add_argument("--trust-remote-code", action="store_true",
-                       help="allow the tokenizer to run its own Python code (needed by the real Kimi "
-                            "tokenizer; only for sources you trust)")
-    group.add_argument("--max-prompt-tokens", type=_positive_int, metavar="N",
-                       help="reject prompts longer than N tokens (default: the recipe's, else 32768)")
+    group.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="TOK",
+        help="tokenizer directory or hub id of the target model, or standin:kimi-k2.5",
+    )
+    group.add_argument(
+        "--profile",
+        default="kimi-k2.5",
+        metavar="NAME|FILE",
+        help="model profile: a shipped name (kimi-k2.5, qwen3, deepseek-r1) or a YAML file (default: kimi-k2.5)",
+    )
+    group.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow the tokenizer to run its own Python code (needed by the real Kimi "
+        "tokenizer; only for sources you trust)",
+    )
+    group.add_argument(
+        "--max-prompt-tokens",
+        type=_positive_int,
+        metavar="N",
+        help="reject prompts longer than N tokens (default: the recipe's, else 32768)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eagle-datagen",
         description="Token-exact EAGLE-3 drafter training data: prompts -> chat template -> SGLang /generate "
-                    "-> validated Parquet shards.",
+        "-> validated Parquet shards.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--log-level", default=os.environ.get("EAGLE_DATAGEN_LOG_LEVEL", "INFO"),
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging detail on stderr (default: INFO)")
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("EAGLE_DATAGEN_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging detail on stderr (default: INFO)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     tokenize = commands.add_parser(
         "tokenize",
         help="read, validate, deduplicate and tokenize prompts with the model's chat template",
         description="Read prompt records, validate and deduplicate them, render them with the model's chat "
-                    "template and tokenize them. Writes DIR/tokenized/category=<c>/part-*.parquet "
-                    "(record_id, prompt_id, category, prompt_ids), DIR/rejects/rejects.jsonl (one reason per "
-                    "rejected record) and DIR/tokenized/_summary.json.",
+        "template and tokenize them. Writes DIR/tokenized/category=<c>/part-*.parquet "
+        "(record_id, prompt_id, category, prompt_ids), DIR/rejects/rejects.jsonl (one reason per "
+        "rejected record) and DIR/tokenized/_summary.json.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_source_arguments(tokenize)
     _add_tokenizer_arguments(tokenize)
     out = tokenize.add_argument_group("output and speed")
-    out.add_argument("--output", required=True, metavar="DIR",
-                     help="output folder (or s3://bucket/prefix) for tokenized parts, rejects and the summary")
-    out.add_argument("--processes", type=_positive_int, metavar="N",
-                     help="worker processes for tokenization (default: one per 2000 prompts, up to the CPU count)")
+    out.add_argument(
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="output folder (or s3://bucket/prefix) for tokenized parts, rejects and the summary",
+    )
+    out.add_argument(
+        "--processes",
+        type=_positive_int,
+        metavar="N",
+        help="worker processes for tokenization (default: one per 2000 prompts, up to the CPU count)",
+    )
     tokenize.set_defaults(handler=_tokenize)
 
     standin = commands.add_parser(
         "build-standin-tokenizer",
         help="write the stand-in Kimi-K2.5 tokenizer to a folder",
         description="Build the project's stand-in for the Kimi-K2.5 tokenizer (real special ids and chat "
-                    "template shape, a small BPE) into DIR, loadable with transformers.AutoTokenizer.",
+        "template shape, a small BPE) into DIR, loadable with transformers.AutoTokenizer.",
     )
     standin.add_argument("output", metavar="DIR", help="folder to write the tokenizer files into")
     standin.set_defaults(handler=_build_standin)
@@ -180,8 +229,9 @@ def _build_standin(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     try:
         return args.handler(args)
     except DataGenError as exc:
@@ -194,4 +244,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -71,13 +71,17 @@ def load_profile(name_or_path: str) -> ModelProfile:
     path = Path(name_or_path)
     if name_or_path.endswith((".yaml", ".yml")) or path.exists():
         if not path.is_file():
-            raise ConfigError(f"profile file not found: {name_or_path} (give a YAML file or one of {available_profiles()})")
+            raise ConfigError(
+                f"profile file not found: {name_or_path} (give a YAML file or one of {available_profiles()})"
+            )
         text = path.read_text(encoding="utf-8")
         origin = str(path)
     else:
         resource = resources.files("eagle_datagen.profiles").joinpath(f"{name_or_path}.yaml")
         if not resource.is_file():
-            raise ConfigError(f"unknown profile {name_or_path!r}: use one of {available_profiles()} or a YAML file path")
+            raise ConfigError(
+                f"unknown profile {name_or_path!r}: use one of {available_profiles()} or a YAML file path"
+            )
         text = resource.read_text(encoding="utf-8")
         origin = name_or_path
     try:

@@ -28,6 +28,9 @@ class RecordLimits:
     max_messages: int = 1024
 
 
+DEFAULT_LIMITS = RecordLimits()
+
+
 @dataclass(frozen=True, slots=True)
 class PromptRecord:
     prompt_id: str
@@ -225,7 +228,7 @@ def _validate_category(raw: dict[str, Any], category_hint: str | None) -> str:
 
 
 def validate_record(
-    raw: Any, origin: str, category_hint: str | None = None, limits: RecordLimits = RecordLimits()
+    raw: Any, origin: str, category_hint: str | None = None, limits: RecordLimits = DEFAULT_LIMITS
 ) -> PromptRecord | Reject:
     """Check one raw record against data contract v1."""
     record_id = raw.get("id") if isinstance(raw, dict) else None

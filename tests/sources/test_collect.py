@@ -9,8 +9,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import DEMO_RECIPE, user_record, write_jsonl
 
+from conftest import DEMO_RECIPE, user_record, write_jsonl
 from eagle_datagen.errors import ConfigError, RejectRateExceeded, SourceError
 from eagle_datagen.sources.collect import (
     cap_prompts,
@@ -26,8 +26,11 @@ TOOL_PROMPT = {
     "category": "tool_use",
     "messages": [
         {"role": "user", "content": "Weather?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
     ],
     "tools": [{"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}],
@@ -50,8 +53,14 @@ def test_parquet_with_nested_columns(tmp_path):
 
 
 def test_parquet_with_json_text_columns(tmp_path):
-    table = pa.table({"id": ["j1"], "category": ["code"], "messages": [json.dumps(TOOL_PROMPT["messages"])],
-                      "tools": [json.dumps(TOOL_PROMPT["tools"])]})
+    table = pa.table(
+        {
+            "id": ["j1"],
+            "category": ["code"],
+            "messages": [json.dumps(TOOL_PROMPT["messages"])],
+            "tools": [json.dumps(TOOL_PROMPT["tools"])],
+        }
+    )
     pq.write_table(table, tmp_path / "j.parquet")
     [prompt] = collect(tmp_path / "j.parquet").prompts
     assert prompt.category == "code" and prompt.tools == TOOL_PROMPT["tools"]
@@ -62,7 +71,7 @@ def test_csv_with_json_columns_and_a_bad_row(tmp_path):
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["id", "category", "messages", "tools"])
-        writer.writerow(["c1", "chat", json.dumps([{"role": "user", "content": "héllo, \"quoted\"\nline"}]), ""])
+        writer.writerow(["c1", "chat", json.dumps([{"role": "user", "content": 'héllo, "quoted"\nline'}]), ""])
         writer.writerow(["c2", "chat", "[{not json", ""])
         writer.writerow(["c3", "tool_use", json.dumps(TOOL_PROMPT["messages"]), json.dumps(TOOL_PROMPT["tools"])])
     result = collect(path)
@@ -170,7 +179,12 @@ def test_recipe_caps_overrides_and_category_mapping(tmp_path):
     assert len(groups["math"]) == 12 and len(groups["chat"]) == 10  # the recipe's category wins
     assert result.counts["math"].capped == 18
     assert recipe.sampling_for("math").model_dump() == {
-        "temperature": 0.7, "top_p": 0.9, "top_k": None, "min_p": None, "max_new_tokens": 500}
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": None,
+        "min_p": None,
+        "max_new_tokens": 500,
+    }
     assert recipe.sampling_for("chat").max_new_tokens == 100
     assert recipe.samples_per_prompt_for("math") == 3 and recipe.samples_per_prompt_for("chat") == 1
     only_chat = collect_prompts(plans_from_recipe(recipe, ["chat"]), base_dir=recipe.base_dir)

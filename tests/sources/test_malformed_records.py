@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import user_record, write_jsonl
 
+from conftest import user_record, write_jsonl
 from eagle_datagen.records import validate_record
 from eagle_datagen.sources.collect import collect_prompts, plans_from_sources
 
@@ -47,35 +47,81 @@ MALFORMED = [
     ("missing_category", {"messages": [U]}, "missing_category"),
     ("content_2mb", user_record("x" * 2_000_000), "record_too_large"),
     ("nul_byte", user_record("a\x00b"), "nul_byte"),
-    ("lone_surrogate", b'{"category": "chat", "messages": [{"role": "user", "content": "a\\ud800b"}]}',
-     "lone_surrogate"),
+    (
+        "lone_surrogate",
+        b'{"category": "chat", "messages": [{"role": "user", "content": "a\\ud800b"}]}',
+        "lone_surrogate",
+    ),
     ("tools_not_list", user_record("x", tools={"name": "f"}), "tools_not_list"),
     ("tool_not_object", user_record("x", tools=["f"]), "bad_tool"),
     ("tool_without_name", user_record("x", tools=[{"type": "function", "function": {}}]), "bad_tool"),
     ("tool_wrong_type", user_record("x", tools=[{"type": "retrieval", "function": {"name": "f"}}]), "bad_tool"),
-    ("tool_declared_twice", user_record("x", tools=[{"type": "function", "function": {"name": "f"}}] * 2),
-     "bad_tool"),
-    ("tool_calls_not_list", msgs(U, {"role": "assistant", "content": "", "tool_calls": {"id": "c1"}},
-                                 {"role": "tool", "tool_call_id": "c1", "content": "r"}), "bad_tool_calls"),
-    ("tool_call_without_id", msgs(U, {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "f", "arguments": "{}"}}]}), "bad_tool_calls"),
-    ("tool_call_bad_arguments", msgs(U, {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "c1", "function": {"name": "f", "arguments": 5}}]}), "bad_tool_calls"),
+    ("tool_declared_twice", user_record("x", tools=[{"type": "function", "function": {"name": "f"}}] * 2), "bad_tool"),
+    (
+        "tool_calls_not_list",
+        msgs(
+            U,
+            {"role": "assistant", "content": "", "tool_calls": {"id": "c1"}},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        ),
+        "bad_tool_calls",
+    ),
+    (
+        "tool_call_without_id",
+        msgs(
+            U,
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+        ),
+        "bad_tool_calls",
+    ),
+    (
+        "tool_call_bad_arguments",
+        msgs(
+            U,
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": 5}}],
+            },
+        ),
+        "bad_tool_calls",
+    ),
     ("tool_calls_on_user", msgs({"role": "user", "content": "x", "tool_calls": [CALL]}), "bad_tool_calls"),
-    ("tool_result_unknown_call", msgs(U, {"role": "tool", "tool_call_id": "nope", "content": "r"}),
-     "tool_result_without_call"),
-    ("tool_result_without_id", msgs(U, {"role": "assistant", "content": "", "tool_calls": [CALL]},
-                                    {"role": "tool", "content": "r"}), "tool_result_without_call"),
+    (
+        "tool_result_unknown_call",
+        msgs(U, {"role": "tool", "tool_call_id": "nope", "content": "r"}),
+        "tool_result_without_call",
+    ),
+    (
+        "tool_result_without_id",
+        msgs(U, {"role": "assistant", "content": "", "tool_calls": [CALL]}, {"role": "tool", "content": "r"}),
+        "tool_result_without_call",
+    ),
     ("name_not_string", msgs({"role": "user", "content": "x", "name": ["a"]}), "bad_field_type"),
-    ("reasoning_not_string", msgs(U, {"role": "assistant", "content": "a", "reasoning_content": 1}, U),
-     "bad_field_type"),
+    (
+        "reasoning_not_string",
+        msgs(U, {"role": "assistant", "content": "a", "reasoning_content": 1}, U),
+        "bad_field_type",
+    ),
     ("id_not_string", user_record("x", id=12), "bad_id"),
     ("id_empty", user_record("x", id=""), "bad_id"),
     ("source_not_string", user_record("x", source={"a": 1}), "bad_field_type"),
-    ("deep_nesting", user_record("x", tools=[{"type": "function", "function": {
-        "name": "f", "parameters": json.loads("[" * 40 + "]" * 40)}}]), "too_deeply_nested"),
-    ("parse_bomb_nesting", b'{"category": "chat", "messages": ' + b"[" * 100000 + b"]" * 100000 + b"}",
-     "too_deeply_nested"),
+    (
+        "deep_nesting",
+        user_record(
+            "x", tools=[{"type": "function", "function": {"name": "f", "parameters": json.loads("[" * 40 + "]" * 40)}}]
+        ),
+        "too_deeply_nested",
+    ),
+    (
+        "parse_bomb_nesting",
+        b'{"category": "chat", "messages": ' + b"[" * 100000 + b"]" * 100000 + b"}",
+        "too_deeply_nested",
+    ),
 ]
 
 
@@ -138,6 +184,11 @@ def test_prompt_id_covers_messages_and_tools_but_not_id_category_or_source():
 
 def test_assistant_tool_call_without_content_is_valid():
     record = validate_record(
-        msgs(U, {"role": "assistant", "content": None, "tool_calls": [CALL]},
-             {"role": "tool", "tool_call_id": "c1", "content": "r"}), "o")
+        msgs(
+            U,
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        ),
+        "o",
+    )
     assert record.messages[1] == {"role": "assistant", "tool_calls": [CALL]}

@@ -120,10 +120,16 @@ def test_tool_calls_and_results(tokenizer):
             "content": "",
             "reasoning_content": "two cities, two calls",
             "tool_calls": [
-                {"id": "functions.get_weather:0", "type": "function",
-                 "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-                {"id": "functions.get_weather:1", "type": "function",
-                 "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}},
+                {
+                    "id": "functions.get_weather:0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                },
+                {
+                    "id": "functions.get_weather:1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": "Oslo"}},
+                },
             ],
         },
         {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "18C"},
@@ -138,7 +144,9 @@ def test_tool_calls_and_results(tokenizer):
         "<|tool_calls_section_end|><|im_end|>"
     ) in text
     assert "<|im_system|>tool<|im_middle|>## Return of functions.get_weather:0\n18C<|im_end|>" in text
-    assert text.endswith("## Return of functions.get_weather:1\n9C<|im_end|><|im_assistant|>assistant<|im_middle|><think>")
+    assert text.endswith(
+        "## Return of functions.get_weather:1\n9C<|im_end|><|im_assistant|>assistant<|im_middle|><think>"
+    )
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert ids.count(163597) == 2 and ids.count(163595) == 1 and ids[-1] == 163606
 
@@ -146,8 +154,11 @@ def test_tool_calls_and_results(tokenizer):
 def test_named_tool_result_uses_the_name_as_role_label(tokenizer):
     messages = [
         {"role": "user", "content": "q"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "c1", "name": "f", "content": "ok"},
     ]
     assert "<|im_system|>f<|im_middle|>## Return of c1\nok<|im_end|>" in render(tokenizer, messages)
@@ -162,6 +173,7 @@ def test_without_generation_prompt_the_prompt_does_not_open_a_turn(tokenizer):
 def test_generation_prompt_always_ends_in_think(tokenizer, content):
     ids = tokenizer.apply_chat_template(
         [{"role": "system", "content": content}, {"role": "user", "content": content or "x"}],
-        add_generation_prompt=True, return_dict=False,
+        add_generation_prompt=True,
+        return_dict=False,
     )
     assert ids[-4:] == [163588, 69702, 163601, 163606]

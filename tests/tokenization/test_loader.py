@@ -24,9 +24,7 @@ def variant(standin_dir: Path, tmp_path: Path, template: str | None) -> Path:
 
 
 def test_standin_loads_and_records_hashes(loaded_tokenizer, standin_dir):
-    assert loaded_tokenizer.chat_template_sha256 == template_sha256(
-        (standin_dir / "chat_template.jinja").read_text()
-    )
+    assert loaded_tokenizer.chat_template_sha256 == template_sha256((standin_dir / "chat_template.jinja").read_text())
     assert len(loaded_tokenizer.tokenizer_sha256) == 64
     assert loaded_tokenizer.provenance()["profile"] == "kimi-k2.5"
 
@@ -54,9 +52,16 @@ def test_template_that_fails_to_render(standin_dir, tmp_path, kimi_profile):
 
 def test_profile_mismatch_names_the_token(tokenizer, kimi_profile, standin_dir):
     raw = {
-        "name": "other", "model": "x/y", "vocab_size": 163840, "context_length": 1000, "thinking": "prefilled",
-        "tokens": {"think_start": {"text": "<think>", "id": 5}, "think_end": {"text": "</think>", "id": 163607},
-                   "eos": {"text": "<|im_end|>", "id": 163586}},
+        "name": "other",
+        "model": "x/y",
+        "vocab_size": 163840,
+        "context_length": 1000,
+        "thinking": "prefilled",
+        "tokens": {
+            "think_start": {"text": "<think>", "id": 5},
+            "think_end": {"text": "</think>", "id": 163607},
+            "eos": {"text": "<|im_end|>", "id": 163586},
+        },
         "prompt_suffix": ["think_start"],
     }
     with pytest.raises(ConfigError, match=r"'<think>' \(think_start\) is id 163606, expected 5"):
@@ -64,11 +69,17 @@ def test_profile_mismatch_names_the_token(tokenizer, kimi_profile, standin_dir):
 
 
 def test_vocab_beyond_profile(standin_dir, kimi_profile):
-    small = parse_profile({
-        "name": "small", "model": "x", "vocab_size": 163700, "context_length": 1000, "thinking": "generated",
-        "tokens": {k: {"text": v.text, "id": v.id} for k, v in kimi_profile.tokens.items()},
-        "prompt_suffix": ["think_start"],
-    })
+    small = parse_profile(
+        {
+            "name": "small",
+            "model": "x",
+            "vocab_size": 163700,
+            "context_length": 1000,
+            "thinking": "generated",
+            "tokens": {k: {"text": v.text, "id": v.id} for k, v in kimi_profile.tokens.items()},
+            "prompt_suffix": ["think_start"],
+        }
+    )
     with pytest.raises(ConfigError, match="beyond profile small's vocab_size 163700"):
         load_tokenizer(str(standin_dir), small)
 
@@ -97,13 +108,24 @@ def test_shipped_profiles_parse():
 
 def test_a_new_model_is_a_yaml_file_not_code(tmp_path, standin_dir):
     path = tmp_path / "my-model.yaml"
-    path.write_text(json.dumps({
-        "name": "my-model", "model": "me/my-model", "vocab_size": 163840, "context_length": 4096,
-        "thinking": "generated",
-        "tokens": {"think_start": {"text": "<think>", "id": 163606}, "think_end": {"text": "</think>", "id": 163607},
-                   "eos": {"text": "<|im_end|>", "id": 163586}, "middle": {"text": "<|im_middle|>", "id": 163601}},
-        "prompt_suffix": ["middle", "think_start"],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "my-model",
+                "model": "me/my-model",
+                "vocab_size": 163840,
+                "context_length": 4096,
+                "thinking": "generated",
+                "tokens": {
+                    "think_start": {"text": "<think>", "id": 163606},
+                    "think_end": {"text": "</think>", "id": 163607},
+                    "eos": {"text": "<|im_end|>", "id": 163586},
+                    "middle": {"text": "<|im_middle|>", "id": 163601},
+                },
+                "prompt_suffix": ["middle", "think_start"],
+            }
+        )
+    )
     profile = load_profile(str(path))
     assert profile.prompt_suffix_ids == (163601, 163606)
     assert load_tokenizer(str(standin_dir), profile).profile.name == "my-model"
@@ -122,7 +144,11 @@ def test_a_new_model_is_a_yaml_file_not_code(tmp_path, standin_dir):
 )
 def test_bad_profiles(kimi_profile, change, message):
     raw = {
-        "name": "p", "model": "m", "vocab_size": 163840, "context_length": 10, "thinking": "prefilled",
+        "name": "p",
+        "model": "m",
+        "vocab_size": 163840,
+        "context_length": 10,
+        "thinking": "prefilled",
         "tokens": {k: {"text": v.text, "id": v.id} for k, v in kimi_profile.tokens.items()},
         "prompt_suffix": ["think_start"],
     } | change

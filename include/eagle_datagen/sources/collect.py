@@ -16,7 +16,7 @@ from pathlib import Path
 
 from eagle_datagen.errors import ConfigError, RejectRateExceeded
 from eagle_datagen.progress import Progress
-from eagle_datagen.records import PromptRecord, RecordLimits, Reject, validate_record
+from eagle_datagen.records import DEFAULT_LIMITS, PromptRecord, RecordLimits, Reject, validate_record
 from eagle_datagen.sources.locations import resolve_source
 from eagle_datagen.sources.readers import read_rows
 from eagle_datagen.sources.recipe import Recipe, SourceSpec
@@ -70,8 +70,7 @@ def plans_from_recipe(recipe: Recipe, categories: list[str] | None = None) -> li
             raise ConfigError(f"--categories names {unknown}, not in the recipe; it has {sorted(recipe.categories)}")
         chosen = [c for c in chosen if c in categories]
     return [
-        SourcePlan(name, tuple(recipe.categories[name].sources), recipe.categories[name].max_prompts)
-        for name in chosen
+        SourcePlan(name, tuple(recipe.categories[name].sources), recipe.categories[name].max_prompts) for name in chosen
     ]
 
 
@@ -96,7 +95,7 @@ def collect_prompts(
     *,
     seed: int = 0,
     base_dir: Path | None = None,
-    limits: RecordLimits = RecordLimits(),
+    limits: RecordLimits = DEFAULT_LIMITS,
     categories: list[str] | None = None,
     limit_per_category: int | None = None,
 ) -> CollectedPrompts:
@@ -113,9 +112,10 @@ def collect_prompts(
             for source_file in resolve_source(spec.path, base_dir):
                 for row in read_rows(source_file):
                     progress.advance()
-                    outcome = (
-                        row if isinstance(row, Reject) else validate_record(row.value, row.origin, plan.category, limits)
-                    )
+                    if isinstance(row, Reject):
+                        outcome: PromptRecord | Reject = row
+                    else:
+                        outcome = validate_record(row.value, row.origin, plan.category, limits)
                     if isinstance(outcome, Reject):
                         category = plan.category or outcome.category or UNKNOWN_CATEGORY
                         counts[category].read += 1
@@ -148,8 +148,11 @@ def collect_prompts(
     collected = CollectedPrompts(result, rejects, dict(counts))
     log.info(
         "collected %d prompts from %d records (%d rejected, %d duplicates, %d over caps)",
-        len(result), collected.records_read, len(rejects),
-        sum(c.duplicates for c in counts.values()), sum(c.capped for c in counts.values()),
+        len(result),
+        collected.records_read,
+        len(rejects),
+        sum(c.duplicates for c in counts.values()),
+        sum(c.capped for c in counts.values()),
     )
     return collected
 

@@ -45,17 +45,32 @@ def _jsonl_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
-            yield Reject("invalid_utf8", f"line {number} is not valid UTF-8 ({exc.reason} at byte {exc.start})",
-                         origin, stage="read", excerpt=excerpt_of(line))
+            yield Reject(
+                "invalid_utf8",
+                f"line {number} is not valid UTF-8 ({exc.reason} at byte {exc.start})",
+                origin,
+                stage="read",
+                excerpt=excerpt_of(line),
+            )
             continue
         try:
             yield RawRow(origin, json.loads(text))
         except RecursionError:
-            yield Reject("too_deeply_nested", f"line {number} is nested too deeply to parse", origin,
-                         stage="read", excerpt=excerpt_of(text))
+            yield Reject(
+                "too_deeply_nested",
+                f"line {number} is nested too deeply to parse",
+                origin,
+                stage="read",
+                excerpt=excerpt_of(text),
+            )
         except ValueError as exc:
-            yield Reject("invalid_json", f"line {number} is not valid JSON: {exc}", origin,
-                         stage="read", excerpt=excerpt_of(text))
+            yield Reject(
+                "invalid_json",
+                f"line {number} is not valid JSON: {exc}",
+                origin,
+                stage="read",
+                excerpt=excerpt_of(text),
+            )
 
 
 def _decode_tabular_row(origin: str, row: dict[str, Any]) -> RawRow | Reject:
@@ -69,9 +84,14 @@ def _decode_tabular_row(origin: str, row: dict[str, Any]) -> RawRow | Reject:
             try:
                 row[column] = json.loads(value)
             except (ValueError, RecursionError) as exc:
-                return Reject("invalid_json", f"column {column!r} is not valid JSON: {exc}", origin,
-                              stage="read", record_id=row.get("id") if isinstance(row.get("id"), str) else None,
-                              excerpt=excerpt_of(value))
+                return Reject(
+                    "invalid_json",
+                    f"column {column!r} is not valid JSON: {exc}",
+                    origin,
+                    stage="read",
+                    record_id=row.get("id") if isinstance(row.get("id"), str) else None,
+                    excerpt=excerpt_of(value),
+                )
     return RawRow(origin, _drop_nulls(row))
 
 

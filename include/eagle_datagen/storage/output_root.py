@@ -80,9 +80,7 @@ class S3OutputRoot:
 
     def write_bytes(self, key: str, data: bytes) -> str:
         try:
-            s3_client().put_object(
-                Bucket=self._base.bucket, Key=self._key(key), Body=data, ChecksumAlgorithm="SHA256"
-            )
+            s3_client().put_object(Bucket=self._base.bucket, Key=self._key(key), Body=data, ChecksumAlgorithm="SHA256")
         except Exception as exc:
             raise DataGenError(f"cannot write {self.location(key)}: {describe_error(exc)}") from None
         return self.location(key)

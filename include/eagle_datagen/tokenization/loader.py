@@ -22,8 +22,15 @@ log = logging.getLogger(__name__)
 STANDIN_PREFIX = "standin:"
 PROBE_MESSAGES = [{"role": "user", "content": "Hello"}]
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-    "chat_template.json", "tiktoken.model", "tokenizer.model", "vocab.json", "merges.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "tiktoken.model",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
 )
 
 
@@ -80,7 +87,8 @@ def _auto_tokenizer(path: str, trust_remote_code: bool) -> Any:
     if (path.startswith((".", "/", "~")) or local.exists()) and not local.is_dir():
         raise ConfigError(f"tokenizer directory not found: {path} (give the model's directory or hub id)")
     try:
-        return AutoTokenizer.from_pretrained(str(local) if local.is_dir() else path, trust_remote_code=trust_remote_code)
+        source = str(local) if local.is_dir() else path
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
             raise ConfigError(
@@ -124,7 +132,7 @@ def check_tokenizer(tokenizer: Any, profile: ModelProfile, where: str) -> None:
         tail = tokenizer.convert_ids_to_tokens(ids[-len(suffix) :])
         raise ConfigError(
             f"the chat template of {where} does not end the prompt in {profile.describe_suffix()} but in "
-            f"{tail} {ids[-len(suffix):]}: use the {profile.model} chat template, or a profile that fits this model"
+            f"{tail} {ids[-len(suffix) :]}: use the {profile.model} chat template, or a profile that fits this model"
         )
 
 
@@ -142,6 +150,9 @@ def load_tokenizer(spec: str, profile: ModelProfile, trust_remote_code: bool = F
         tokenizer_sha256=_hash_files(local) if local.is_dir() else None,
     )
     log.info(
-        "tokenizer %s matches profile %s (chat template sha256 %s)", spec, profile.name, loaded.chat_template_sha256[:12]
+        "tokenizer %s matches profile %s (chat template sha256 %s)",
+        spec,
+        profile.name,
+        loaded.chat_template_sha256[:12],
     )
     return loaded

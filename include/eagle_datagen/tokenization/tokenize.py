@@ -40,8 +40,15 @@ class TokenizeResult:
 
 
 def _reject(record: PromptRecord, reason: str, detail: str) -> Reject:
-    return Reject(reason, detail, record.origin, stage="tokenize", record_id=record.record_id,
-                  category=record.category, excerpt=excerpt_of(record.messages[-1].get("content", "")))
+    return Reject(
+        reason,
+        detail,
+        record.origin,
+        stage="tokenize",
+        record_id=record.record_id,
+        category=record.category,
+        excerpt=excerpt_of(record.messages[-1].get("content", "")),
+    )
 
 
 def tokenize_batch(
@@ -65,11 +72,19 @@ def tokenize_batch(
     for (record, _), ids in zip(rendered, encoded, strict=True):
         limit = min(limits.get(record.category, limits.get("*", profile.context_length)), profile.context_length - 1)
         if tuple(ids[-len(suffix) :]) != suffix:
-            rejects.append(_reject(record, "prompt_suffix_mismatch",
-                                   f"the rendered prompt does not end in {profile.describe_suffix()}"))
+            rejects.append(
+                _reject(
+                    record, "prompt_suffix_mismatch", f"the rendered prompt does not end in {profile.describe_suffix()}"
+                )
+            )
         elif len(ids) > limit:
-            rejects.append(_reject(record, "prompt_too_long",
-                                   f"the prompt is {len(ids):,} tokens (limit {limit:,}, set max_prompt_tokens)"))
+            rejects.append(
+                _reject(
+                    record,
+                    "prompt_too_long",
+                    f"the prompt is {len(ids):,} tokens (limit {limit:,}, set max_prompt_tokens)",
+                )
+            )
         else:
             tokenized.append(TokenizedPrompt(record, ids))
     return tokenized, rejects
@@ -142,6 +157,9 @@ def tokenize_prompts(
     elapsed = progress.finish()
     log.info(
         "tokenized %d prompts (%d rejected) with %d process(es) in %.2fs",
-        len(result.prompts), len(result.rejects), processes, elapsed,
+        len(result.prompts),
+        len(result.rejects),
+        processes,
+        elapsed,
     )
     return result

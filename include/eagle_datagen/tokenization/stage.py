@@ -9,12 +9,11 @@ import json
 import logging
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.profile import load_profile
-from eagle_datagen.records import RecordLimits
+from eagle_datagen.profile import ModelProfile, load_profile
+from eagle_datagen.records import RecordLimits, Reject
 from eagle_datagen.sources.collect import (
     CollectedPrompts,
     SourcePlan,
@@ -24,8 +23,8 @@ from eagle_datagen.sources.collect import (
     plans_from_sources,
 )
 from eagle_datagen.sources.recipe import Recipe, load_recipe
-from eagle_datagen.storage.output_root import open_output_root
-from eagle_datagen.tokenization.loader import load_tokenizer
+from eagle_datagen.storage.output_root import OutputRoot, open_output_root
+from eagle_datagen.tokenization.loader import LoadedTokenizer, load_tokenizer
 from eagle_datagen.tokenization.tokenize import TokenizeResult, tokenize_prompts
 from eagle_datagen.tokenization.writer import write_rejects, write_tokenized
 
@@ -69,13 +68,34 @@ class TokenizeSummary:
         return self.__dict__.copy()
 
 
-def _plans(options: TokenizeOptions) -> tuple[list[SourcePlan], Recipe | None, Path | None]:
+@dataclass
+class TokenizeSetup:
+    """Everything that can be wrong with the configuration, checked before a single prompt is read."""
+
+    options: TokenizeOptions
+    loaded: LoadedTokenizer
+    plans: list[SourcePlan]
+    recipe: Recipe | None
+    max_reject_rate: float
+    seed: int
+
+    @property
+    def profile(self) -> ModelProfile:
+        return self.loaded.profile
+
+
+def setup_tokenize(options: TokenizeOptions) -> TokenizeSetup:
+    profile = load_profile(options.profile)
     if bool(options.recipe) == bool(options.prompts):
         raise ConfigError("give either --recipe FILE or one or more --prompts SRC")
-    if options.recipe:
-        recipe = load_recipe(options.recipe)
-        return plans_from_recipe(recipe, options.categories), recipe, recipe.base_dir
-    return plans_from_sources(options.prompts), None, None
+    recipe = load_recipe(options.recipe) if options.recipe else None
+    plans = plans_from_recipe(recipe, options.categories) if recipe else plans_from_sources(options.prompts)
+    loaded = load_tokenizer(options.tokenizer, profile, options.trust_remote_code)
+    max_reject_rate = options.max_reject_rate
+    if max_reject_rate is None:
+        max_reject_rate = recipe.max_reject_rate if recipe else DEFAULT_MAX_REJECT_RATE
+    seed = options.seed if options.seed is not None else (recipe.seed if recipe else 0)
+    return TokenizeSetup(options, loaded, plans, recipe, max_reject_rate, seed)
 
 
 def _prompt_token_limits(options: TokenizeOptions, recipe: Recipe | None) -> dict[str, int]:
@@ -109,55 +129,54 @@ def _category_summary(collected: CollectedPrompts, result: TokenizeResult) -> di
     return summary
 
 
-def run_tokenize(options: TokenizeOptions) -> TokenizeSummary:
-    # Everything that can be wrong with the configuration is checked before reading a single prompt.
-    profile = load_profile(options.profile)
-    plans, recipe, base_dir = _plans(options)
-    loaded = load_tokenizer(options.tokenizer, profile, options.trust_remote_code)
-    max_reject_rate = options.max_reject_rate
-    if max_reject_rate is None:
-        max_reject_rate = recipe.max_reject_rate if recipe else DEFAULT_MAX_REJECT_RATE
-    seed = options.seed if options.seed is not None else (recipe.seed if recipe else 0)
-    root = open_output_root(options.output)
-    rejects_key = "rejects/rejects.jsonl"
-
+def collect_and_tokenize(
+    setup: TokenizeSetup, root: OutputRoot, rejects_key: str
+) -> tuple[CollectedPrompts, TokenizeResult, list[Reject]]:
+    """Collect and tokenize; rejects are written (before failing on too many of them) to `rejects_key`."""
+    options = setup.options
     collected = collect_prompts(
-        plans,
-        seed=seed,
-        base_dir=base_dir,
+        setup.plans,
+        seed=setup.seed,
+        base_dir=setup.recipe.base_dir if setup.recipe else None,
         limits=RecordLimits(max_record_bytes=options.max_record_bytes),
         categories=options.categories,
         limit_per_category=options.limit,
     )
-    if collected.reject_rate > max_reject_rate:  # stop before tokenizing, but keep the reasons
+    if collected.reject_rate > setup.max_reject_rate:  # stop before tokenizing, but keep the reasons
         write_rejects(root, rejects_key, collected.rejects)
-        check_reject_rate(collected, max_reject_rate, root.location(rejects_key))
-
+        check_reject_rate(collected, setup.max_reject_rate, root.location(rejects_key))
     result = tokenize_prompts(
-        loaded,
+        setup.loaded,
         collected.prompts,
-        _prompt_token_limits(options, recipe),
+        _prompt_token_limits(options, setup.recipe),
         processes=options.processes,
         trust_remote_code=options.trust_remote_code,
     )
-    all_rejects = collected.rejects + result.rejects
-    rejects_file = write_rejects(root, rejects_key, all_rejects)
-    check_reject_rate(
-        CollectedPrompts(collected.prompts, all_rejects, collected.counts), max_reject_rate, root.location(rejects_key)
-    )
+    rejects = collected.rejects + result.rejects
+    write_rejects(root, rejects_key, rejects)
+    everything = CollectedPrompts(collected.prompts, rejects, collected.counts)
+    check_reject_rate(everything, setup.max_reject_rate, root.location(rejects_key))
+    return collected, result, rejects
+
+
+def run_tokenize(options: TokenizeOptions) -> TokenizeSummary:
+    setup = setup_tokenize(options)
+    root = open_output_root(options.output)
+    rejects_key = "rejects/rejects.jsonl"
+    collected, result, rejects = collect_and_tokenize(setup, root, rejects_key)
     files = write_tokenized(root, result.prompts)
     summary = TokenizeSummary(
         output=root.uri,
-        profile=profile.name,
-        tokenizer=loaded.provenance(),
+        profile=setup.profile.name,
+        tokenizer=setup.loaded.provenance(),
         records_read=collected.records_read,
         prompts=len(result.prompts),
-        rejected=len(all_rejects),
+        rejected=len(rejects),
         duplicates=sum(c.duplicates for c in collected.counts.values()),
         capped=sum(c.capped for c in collected.counts.values()),
         categories=_category_summary(collected, result),
         files=files,
-        rejects_file=rejects_file,
+        rejects_file=rejects_key if rejects else None,
     )
     root.write_bytes("tokenized/_summary.json", json.dumps(summary.to_json(), indent=2).encode())
     return summary

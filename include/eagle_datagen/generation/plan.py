@@ -1,0 +1,163 @@
+"""Run plans: the fixed split of a run's tokenized prompts into shards, stored under the output root.
+
+A shard is a fixed list of prompts of one category (so every data file belongs to one category). The
+plan is written once, before generation: `plans/run=<id>/plan.json` (the run's settings and shard list)
+and `plans/run=<id>/shard-<NNNNN>.parquet` (its prompts). A rerun with the same run id, on any worker,
+loads the same plan instead of sourcing again, so shard membership never changes under a resume.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.inference.samples import SampleRequest
+from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.tokenization.tokenize import TokenizedPrompt
+
+PLAN_SCHEMA = pa.schema(
+    [
+        ("record_id", pa.string()),
+        ("prompt_id", pa.string()),
+        ("category", pa.string()),
+        ("prompt_ids", pa.list_(pa.int32())),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    index: int
+    category: str
+    prompts: int
+    samples: int
+
+
+@dataclass(frozen=True)
+class CategorySettings:
+    sampling: dict[str, Any]  # SGLang sampling_params without the per-sample seed
+    samples_per_prompt: int
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    run_id: str
+    model: str
+    profile: str
+    categories: dict[str, CategorySettings]
+    shards: list[ShardInfo]
+    provenance: dict[str, Any]  # tokenizer and template hashes
+
+    @property
+    def total_samples(self) -> int:
+        return sum(s.samples for s in self.shards)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "model": self.model,
+            "profile": self.profile,
+            "categories": {c: asdict(s) for c, s in self.categories.items()},
+            "shards": [asdict(s) for s in self.shards],
+            "provenance": self.provenance,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> RunPlan:
+        return cls(
+            run_id=raw["run_id"],
+            model=raw["model"],
+            profile=raw["profile"],
+            categories={c: CategorySettings(**s) for c, s in raw["categories"].items()},
+            shards=[ShardInfo(**s) for s in raw["shards"]],
+            provenance=raw["provenance"],
+        )
+
+    def settings_key(self) -> dict[str, Any]:
+        """What must match for a rerun to continue this plan."""
+        return {"model": self.model, "categories": self.to_json()["categories"]}
+
+
+def plan_key(run_id: str) -> str:
+    return f"plans/run={run_id}/plan.json"
+
+
+def shard_key(run_id: str, index: int) -> str:
+    return f"plans/run={run_id}/shard-{index:05d}.parquet"
+
+
+def split_into_shards(
+    prompts: list[TokenizedPrompt], shard_size: int, settings: dict[str, CategorySettings]
+) -> list[tuple[ShardInfo, list[TokenizedPrompt]]]:
+    by_category: dict[str, list[TokenizedPrompt]] = {}
+    for prompt in prompts:
+        by_category.setdefault(prompt.record.category, []).append(prompt)
+    shards = []
+    for category in sorted(by_category):
+        rows = by_category[category]
+        per_prompt = settings[category].samples_per_prompt
+        for start in range(0, len(rows), shard_size):
+            chunk = rows[start : start + shard_size]
+            shards.append((ShardInfo(len(shards), category, len(chunk), len(chunk) * per_prompt), chunk))
+    return shards
+
+
+def write_plan(root: OutputRoot, plan: RunPlan, shard_prompts: list[list[TokenizedPrompt]]) -> None:
+    """Shard files first, plan.json last: a plan.json on storage means the whole plan is there."""
+    for info, prompts in zip(plan.shards, shard_prompts, strict=True):
+        table = pa.table(
+            {
+                "record_id": [p.record.record_id for p in prompts],
+                "prompt_id": [p.record.prompt_id for p in prompts],
+                "category": [p.record.category for p in prompts],
+                "prompt_ids": [p.prompt_ids for p in prompts],
+            },
+            schema=PLAN_SCHEMA,
+        )
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer, compression="zstd")
+        root.write_bytes(shard_key(plan.run_id, info.index), buffer.getvalue())
+    root.write_bytes(plan_key(plan.run_id), json.dumps(plan.to_json(), indent=1).encode())
+
+
+def load_plan(root: OutputRoot, run_id: str) -> RunPlan | None:
+    if plan_key(run_id) not in root.list(f"plans/run={run_id}/"):
+        return None
+    return RunPlan.from_json(json.loads(root.read_bytes(plan_key(run_id))))
+
+
+def check_plan_matches(existing: RunPlan, wanted: RunPlan) -> None:
+    if existing.settings_key() != wanted.settings_key():
+        raise ConfigError(
+            f"run {existing.run_id} already exists at this output with other settings (model, sampling or "
+            "samples per prompt): continue it with the same flags, or start a new --run-id"
+        )
+
+
+def shard_requests(root: OutputRoot, plan: RunPlan, index: int) -> list[SampleRequest]:
+    """Every sample of a shard, in a fixed order (prompt order, then sample index)."""
+    info = plan.shards[index]
+    table = pq.read_table(io.BytesIO(root.read_bytes(shard_key(plan.run_id, index))))
+    settings = plan.categories[info.category]
+    requests = []
+    for row in table.to_pylist():
+        for k in range(settings.samples_per_prompt):
+            requests.append(
+                SampleRequest.create(
+                    prompt_id=row["prompt_id"],
+                    record_id=row["record_id"],
+                    category=row["category"],
+                    sample_index=k,
+                    prompt_ids=row["prompt_ids"],
+                    model=plan.model,
+                    sampling=settings.sampling,
+                    shard=index,
+                )
+            )
+    return requests

@@ -1,0 +1,1 @@
+"""Talking to SGLang: sample identity, the /generate client, endpoint balancing, retries, preflight."""

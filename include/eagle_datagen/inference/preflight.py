@@ -1,0 +1,186 @@
+"""Preflight: check every SGLang endpoint before a single prompt is sent.
+
+1. `/health_generate` answers 200 (waits a little while the server is still starting);
+2. `/get_model_info` serves the configured model;
+3. `/get_server_info` reports the version (0.5.0-0.5.4 echo the prompt tail into output_ids) and the
+   number of running slots, which sizes the client's concurrency window;
+4. a canary generation ends in the EOS, carries `</think>` and no `<think>`, and counts its own tokens.
+A misconfigured server stops the run with one line that says what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+import aiohttp
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.profile import ModelProfile
+
+log = logging.getLogger(__name__)
+ECHO_BUG_VERSIONS = re.compile(r"^v?0\.5\.[0-4](\D|$)")
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    url: str
+    model_path: str
+    weight_version: str | None
+    version: str | None
+    max_running_requests: int | None
+    warnings: list[str] = field(default_factory=list)
+
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "model_path": self.model_path,
+            "weight_version": self.weight_version,
+            "sglang_version": self.version,
+        }
+
+
+def same_model(served: str, expected: str) -> bool:
+    """A hub id and a local copy of it match on their last path component: /models/Kimi-K2.5 ~ moonshotai/Kimi-K2.5."""
+    return PurePosixPath(served.rstrip("/")).name.lower() == PurePosixPath(expected.rstrip("/")).name.lower()
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, path: str) -> Any:
+    async with session.get(url.rstrip("/") + path) as response:
+        if response.status != 200:
+            raise ConfigError(f"SGLang at {url} answered {response.status} to GET {path}: is this an SGLang server?")
+        return await response.json(content_type=None)
+
+
+async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            async with session.get(url.rstrip("/") + "/health_generate") as response:
+                if response.status == 200:
+                    return
+                problem = f"/health_generate answered {response.status}"
+        except aiohttp.ClientError as exc:
+            problem = f"cannot connect ({type(exc).__name__}: {exc})"
+        if time.monotonic() >= deadline:
+            raise ConfigError(
+                f"SGLang at {url} is not ready: {problem}; start it, wait until it has loaded, or fix --sglang-url"
+            )
+        await asyncio.sleep(1.0)
+
+
+def check_canary(url: str, answer: Any, profile: ModelProfile) -> list[str]:
+    """Raise ConfigError for a misconfigured server; return warnings for what could not be checked."""
+    if isinstance(answer, list) and len(answer) == 1:
+        answer = answer[0]
+    if not isinstance(answer, dict) or not isinstance(answer.get("output_ids"), list):
+        raise ConfigError(f"SGLang at {url} answered the canary without output_ids: is this the native /generate?")
+    ids: list[int] = answer["output_ids"]
+    meta = answer.get("meta_info") or {}
+    finish = (meta.get("finish_reason") or {}).get("type")
+    if meta.get("completion_tokens") is not None and meta["completion_tokens"] != len(ids):
+        raise ConfigError(
+            f"SGLang at {url} returned {len(ids)} output ids for {meta['completion_tokens']} completion tokens "
+            "(the prompt-echo bug of SGLang 0.5.0-0.5.4): upgrade SGLang"
+        )
+    if finish == "abort":
+        raise ConfigError(f"SGLang at {url} aborted the canary: {(meta.get('finish_reason') or {}).get('message')}")
+    if finish == "length":
+        return [f"canary from {url} hit max_new_tokens before finishing; </think> and EOS were not checked"]
+    think_start, think_end = profile.think_start.id, profile.think_end.id
+    if think_end not in ids and think_start not in ids:
+        raise ConfigError(
+            f"SGLang at {url} returned no think tokens ({profile.think_start.text} {profile.think_end.text}) in the "
+            "canary: the server seems to strip them; restart SGLang without --reasoning-parser"
+        )
+    if think_end not in ids:
+        raise ConfigError(
+            f"SGLang at {url} returned a canary without {profile.think_end.text} ({think_end}): check that the "
+            f"served model is {profile.model} and that no reasoning parser runs"
+        )
+    if profile.thinking == "prefilled" and think_start in ids:
+        raise ConfigError(
+            f"SGLang at {url} generated {profile.think_start.text} although the prompt already ends in it: "
+            f"is the chat template the {profile.model} one?"
+        )
+    if not ids or ids[-1] != profile.eos.id:
+        raise ConfigError(
+            f"SGLang at {url} ended the canary with {ids[-1:] or 'nothing'}, not the EOS {profile.eos.id} "
+            f"({profile.eos.text}): check the served model and that output_ids keep the stop token"
+        )
+    return []
+
+
+async def preflight_endpoint(
+    session: aiohttp.ClientSession,
+    url: str,
+    profile: ModelProfile,
+    expected_model: str,
+    canary_body: dict[str, Any] | None,
+    allow_model_mismatch: bool = False,
+    wait_s: float = 30.0,
+) -> ServerInfo:
+    await _wait_healthy(session, url, wait_s)
+    model_info = await _get_json(session, url, "/get_model_info")
+    served = str(model_info.get("model_path", ""))
+    if not same_model(served, expected_model) and not allow_model_mismatch:
+        raise ConfigError(
+            f"SGLang at {url} serves {served!r}, but this run is for {expected_model!r}: point --sglang-url at the "
+            "right server, set --model, or pass --allow-model-mismatch"
+        )
+    server_info = await _get_json(session, url, "/get_server_info")
+    version = server_info.get("version")
+    warnings = []
+    if version and ECHO_BUG_VERSIONS.match(str(version)):
+        warnings.append(f"SGLang {version} at {url} has the prompt-echo bug (0.5.0-0.5.4); upgrade if you can")
+    if server_info.get("reasoning_parser"):
+        warnings.append(f"SGLang at {url} runs --reasoning-parser {server_info['reasoning_parser']}; run it without")
+    if canary_body is not None:
+        async with session.post(url.rstrip("/") + "/generate", json=canary_body) as response:
+            raw = await response.read()
+            if response.status != 200:
+                raise ConfigError(
+                    f"SGLang at {url} answered {response.status} to the canary generation "
+                    f"({raw[:200].decode(errors='replace').strip()}): check the sampling parameters"
+                )
+        warnings += check_canary(url, json.loads(raw), profile)
+    for warning in warnings:
+        log.warning(warning)
+    running = server_info.get("max_running_requests")
+    return ServerInfo(
+        url=url,
+        model_path=served,
+        weight_version=model_info.get("weight_version"),
+        version=str(version) if version is not None else None,
+        max_running_requests=int(running) if isinstance(running, int) and running > 0 else None,
+        warnings=warnings,
+    )
+
+
+async def preflight(
+    urls: list[str],
+    profile: ModelProfile,
+    expected_model: str,
+    canary_body: dict[str, Any] | None,
+    allow_model_mismatch: bool = False,
+    wait_s: float = 30.0,
+    canary_timeout_s: float = 600.0,
+) -> list[ServerInfo]:
+    timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        infos = await asyncio.gather(
+            *(
+                preflight_endpoint(session, url, profile, expected_model, canary_body, allow_model_mismatch, wait_s)
+                for url in urls
+            )
+        )
+    weights = {i.weight_version for i in infos}
+    if len(weights) > 1:
+        raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
+    return list(infos)

@@ -1,0 +1,123 @@
+"""Samples: one generation of one prompt under one sampling config, with a deterministic identity.
+
+`sample_id` is a hash of (prompt id, sample index, model, sampling config), so the same request is
+the same sample in every rerun: that is what makes resume and the incremental catalog possible.
+`sampling_seed` derives from it (distinct per sample index), and so does the request id (`rid`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FinishType = Literal["stop", "length", "abort", "error"]
+SEED_MODULUS = 2**31 - 1  # SGLang passes sampling_seed to torch generators: keep it a positive int32
+
+
+def sampling_fingerprint(sampling: dict[str, Any]) -> str:
+    """Stable text of the sampling parameters that change what the model generates."""
+    return json.dumps({k: v for k, v in sorted(sampling.items()) if v is not None}, separators=(",", ":"))
+
+
+def make_sample_id(prompt_id: str, sample_index: int, model: str, sampling: dict[str, Any]) -> str:
+    text = f"{prompt_id}:{sample_index}:{model}:{sampling_fingerprint(sampling)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def sampling_seed_for(sample_id: str) -> int:
+    return int(sample_id[:15], 16) % SEED_MODULUS
+
+
+def request_id(sample_id: str, attempt: int) -> str:
+    """A string rid (the router rejects lists). Retries get their own rid: a timed-out attempt may still
+    be running on the server, and two live requests must not share an id."""
+    return sample_id if attempt == 1 else f"{sample_id}-r{attempt}"
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRequest:
+    sample_id: str
+    prompt_id: str
+    record_id: str | None
+    category: str
+    sample_index: int
+    prompt_ids: list[int]
+    sampling: dict[str, Any]  # SGLang sampling_params, sampling_seed included
+    shard: int = 0
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        prompt_id: str,
+        record_id: str | None,
+        category: str,
+        sample_index: int,
+        prompt_ids: list[int],
+        model: str,
+        sampling: dict[str, Any],
+        shard: int = 0,
+    ) -> SampleRequest:
+        sample_id = make_sample_id(prompt_id, sample_index, model, sampling)
+        params = {k: v for k, v in sampling.items() if v is not None}
+        params["sampling_seed"] = sampling_seed_for(sample_id)
+        return cls(sample_id, prompt_id, record_id, category, sample_index, prompt_ids, params, shard)
+
+    def body(self, attempt: int = 1) -> dict[str, Any]:
+        return {
+            "input_ids": self.prompt_ids,
+            "sampling_params": self.sampling,
+            "rid": request_id(self.sample_id, attempt),
+        }
+
+
+@dataclass(slots=True)
+class SampleResult:
+    """What came back for a sample: the server's answer, or the permanent failure that ended it."""
+
+    request: SampleRequest
+    output_ids: list[int] = field(default_factory=list)
+    finish_reason: dict[str, Any] = field(default_factory=dict)
+    meta_info: dict[str, Any] = field(default_factory=dict)
+    endpoint: str = ""
+    attempts: int = 0
+    error: str | None = None  # set when the request failed: a 400, or retries exhausted
+    retryable: bool = False  # an exhausted transient failure: a rerun should try this sample again
+
+    @property
+    def finish_type(self) -> FinishType:
+        if self.error is not None:
+            return "error"
+        return self.finish_reason.get("type", "abort")
+
+    @property
+    def completion_tokens(self) -> int:
+        return int(self.meta_info.get("completion_tokens", len(self.output_ids)))
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        return {
+            "sample_id": self.request.sample_id,
+            "prompt_id": self.request.prompt_id,
+            "sample_index": self.request.sample_index,
+            "shard": self.request.shard,
+            "output_ids": self.output_ids,
+            "finish_reason": self.finish_reason,
+            "meta_info": self.meta_info,
+            "endpoint": self.endpoint,
+            "attempts": self.attempts,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_checkpoint(cls, request: SampleRequest, row: dict[str, Any]) -> SampleResult:
+        return cls(
+            request,
+            output_ids=row["output_ids"],
+            finish_reason=row["finish_reason"],
+            meta_info=row["meta_info"],
+            endpoint=row["endpoint"],
+            attempts=row["attempts"],
+            error=row["error"],
+        )

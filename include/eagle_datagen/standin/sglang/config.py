@@ -1,0 +1,139 @@
+"""What the stand-in SGLang server simulates: the model's ids, its speed, its limits and its faults.
+
+Defaults describe a Kimi-K2.5 deployment at realistic GPU speed. Profiles (`realistic`, `fast`, `instant`)
+change only speed and output length, so the same tests run in milliseconds or in real time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class FaultRates:
+    """Probability, per request, of each injected fault (section 8 of the design notes)."""
+
+    error_503: float = 0.0  # SGLang's own "The request queue is full."
+    error_429: float = 0.0  # a router whose queue is full
+    error_408: float = 0.0  # a router queue timeout
+    abort: float = 0.0  # HTTP 200 with finish_reason abort ("Abort before prefill")
+    drop: float = 0.0  # the connection closes without a response
+    slow: float = 0.0  # the answer comes `slow_seconds` late
+    no_think_end: float = 0.0  # the output lacks </think>
+    echo: float = 0.0  # SGLang 0.5.0-0.5.4: output_ids start with the prompt's last 1-5 ids
+    strip_think: float = 0.0  # a misconfigured reasoning parser removed <think> and </think>
+
+    def __post_init__(self) -> None:
+        for name, value in self.to_dict().items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"fault rate {name} must be a number in [0, 1], got {value!r}")
+
+    def to_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, rates: dict[str, Any]) -> FaultRates:
+        """Rates by kind; kinds left out are 0. An unknown kind is an error that names the known ones."""
+        unknown = sorted(set(rates) - set(FAULT_KINDS))
+        if unknown:
+            raise ValueError(f"unknown fault kind(s) {unknown}; known: {list(FAULT_KINDS)}")
+        return cls(**rates)
+
+
+FAULT_KINDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FaultRates))
+
+
+@dataclass
+class SimConfig:
+    # what the server reports about itself
+    model_path: str = "moonshotai/Kimi-K2.5"
+    tokenizer_path: str | None = None  # set: decode `text` with it (else `text` is ""); reported either way
+    weight_version: str = "default"
+    version: str = "0.5.9"  # the SGLang version /get_server_info reports
+    tp_size: int = 8
+    # the model's token facts
+    context_length: int = 262144
+    vocab_size: int = 163840
+    ordinary_vocab: int = 163584  # ids [0, ordinary_vocab) are ordinary text; special ids start here
+    think_start_id: int = 163606
+    think_end_id: int = 163607
+    eos_id: int = 163586
+    # capacity and speed
+    max_running_requests: int = 64
+    max_queued_requests: int = 4096
+    prefill_s_per_token: float = 0.00002
+    decode_s_per_token: float = 0.025
+    stream_interval: int = 8  # tokens per streamed event, unless the request sets its own
+    startup_seconds: float = 0.0  # /health_generate answers 503 this long after every (re)start
+    # outputs
+    output_tokens_min: int = 200
+    output_tokens_max: int = 600
+    reasoning_fraction: float = 0.7  # share of an output before </think>
+    zipf_exponent: float = 1.1
+    vocab_seed: int = 0  # seeds the fixed mapping of Zipf ranks to ordinary ids
+    # faults
+    faults: FaultRates = field(default_factory=FaultRates)
+    fault_seed: int = 0
+    slow_seconds: float = 2.0
+    restart_every_s: float | None = None  # periodic restarts; None: never
+    restart_downtime_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.faults, dict):
+            self.faults = FaultRates.from_dict(self.faults)
+        problems = []
+        for name in ("context_length", "vocab_size", "ordinary_vocab", "max_running_requests", "stream_interval"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1")
+        for name in ("max_queued_requests", "prefill_s_per_token", "decode_s_per_token", "startup_seconds"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must not be negative")
+        if self.slow_seconds < 0 or self.restart_downtime_s < 0:
+            problems.append("slow_seconds and restart_downtime_s must not be negative")
+        if self.restart_every_s is not None and self.restart_every_s <= 0:
+            problems.append("restart_every_s must be positive (or None for no periodic restarts)")
+        if self.ordinary_vocab > self.vocab_size:
+            problems.append("ordinary_vocab must not exceed vocab_size")
+        for name in ("think_start_id", "think_end_id", "eos_id"):
+            if not self.ordinary_vocab <= getattr(self, name) < self.vocab_size:
+                problems.append(f"{name} must be a special id in [ordinary_vocab, vocab_size)")
+        # room for at least </think> and EOS in every natural output
+        if not 2 <= self.output_tokens_min <= self.output_tokens_max:
+            problems.append("output tokens must satisfy 2 <= output_tokens_min <= output_tokens_max")
+        if not 0.0 <= self.reasoning_fraction <= 1.0:
+            problems.append("reasoning_fraction must be in [0, 1]")
+        if self.zipf_exponent <= 0:
+            problems.append("zipf_exponent must be positive")
+        if problems:
+            raise ValueError("bad stand-in server config: " + "; ".join(problems))
+
+    def with_profile(self, name: str) -> SimConfig:
+        """A copy with a speed profile's timing and output lengths."""
+        if name not in PROFILES:
+            raise ValueError(f"unknown profile {name!r}; known: {sorted(PROFILES)}")
+        return dataclasses.replace(self, **PROFILES[name])
+
+
+# realistic: a GPU serving Kimi-K2.5; fast: quick end-to-end runs; instant: no modelled latency at all.
+PROFILES: dict[str, dict[str, Any]] = {
+    "realistic": {
+        "decode_s_per_token": 0.025,
+        "prefill_s_per_token": 0.00002,
+        "output_tokens_min": 200,
+        "output_tokens_max": 600,
+    },
+    "fast": {
+        "decode_s_per_token": 0.002,
+        "prefill_s_per_token": 0.000002,
+        "output_tokens_min": 50,
+        "output_tokens_max": 150,
+    },
+    "instant": {
+        "decode_s_per_token": 0.0,
+        "prefill_s_per_token": 0.0,
+        "output_tokens_min": 50,
+        "output_tokens_max": 150,
+    },
+}

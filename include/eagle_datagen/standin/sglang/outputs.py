@@ -1,0 +1,116 @@
+"""Deterministic outputs shaped like a reasoning model's: reasoning, </think>, answer, EOS.
+
+Each output is a pure function of (prompt ids, sampling_seed, sample index), so a retried request gets the
+same tokens and a test can predict them. Ordinary tokens follow a Zipf law over a fixed, seeded permutation
+of the ordinary ids (never a special id), so token statistics (frequent tokens, a long tail) look like text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from eagle_datagen.standin.sglang.config import SimConfig
+
+# How far an output's share of reasoning strays from the configured fraction, either way.
+REASONING_JITTER = 0.1
+
+
+@dataclass(frozen=True)
+class Generation:
+    output_ids: list[int]
+    finish_reason: dict[str, Any]
+
+
+def output_seed(prompt_ids: Sequence[int], sampling_seed: int | None, sample_index: int) -> int:
+    """sha256 of the prompt as int32 bytes, the sampling seed (None if absent) and the sample index."""
+    digest = hashlib.sha256(np.asarray(prompt_ids, dtype=np.int32).tobytes())
+    digest.update(f"|sampling_seed={sampling_seed!r}|sample={sample_index}".encode())
+    return int.from_bytes(digest.digest()[:16], "little")
+
+
+class OutputModel:
+    """Samples outputs for one server config; the CDF and the rank-to-id table are built once (~5 ms)."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        weights = np.arange(1, config.ordinary_vocab + 1, dtype=np.float64) ** -config.zipf_exponent
+        cdf = np.cumsum(weights)
+        self._cdf = cdf / cdf[-1]
+        self.rank_to_id = np.random.default_rng(config.vocab_seed).permutation(config.ordinary_vocab)
+
+    def ordinary_tokens(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        ranks = np.searchsorted(self._cdf, rng.random(count), side="right")
+        return self.rank_to_id[np.minimum(ranks, self.config.ordinary_vocab - 1)]
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        sampling_seed: int | None = None,
+        sample_index: int = 0,
+        max_new_tokens: int | None = 128,
+        min_new_tokens: int = 0,
+        stop_token_ids: Iterable[int] = (),
+        ignore_eos: bool = False,
+        think_end: bool = True,
+    ) -> Generation:
+        """The output SGLang would return, with its finish reason (`stop` with the matched id, or `length`).
+
+        As in SGLang, `ignore_eos` turns off every token-based stop (EOS and `stop_token_ids`), and stop
+        tokens do not count before `min_new_tokens` ids have been generated. `think_end=False` leaves
+        </think> out (the no_think_end fault).
+        """
+        cfg = self.config
+        limit = cfg.context_length - len(prompt_ids)
+        if max_new_tokens is not None:
+            limit = min(limit, max_new_tokens)
+        limit = max(limit, 0)
+        rng = np.random.default_rng(output_seed(prompt_ids, sampling_seed, sample_index))
+        total = int(rng.integers(cfg.output_tokens_min, cfg.output_tokens_max + 1))
+        fraction = cfg.reasoning_fraction + rng.uniform(-REASONING_JITTER, REASONING_JITTER)
+        body = total - 2  # ordinary tokens around </think>, before EOS
+        natural = body + int(think_end) + 1
+        # a model kept from stopping before min_new_tokens writes on; ignore_eos writes on to the limit
+        extra = max(0, limit - natural) if ignore_eos else max(0, min_new_tokens + 1 - natural)
+        ordinary = self.ordinary_tokens(rng, body + extra)
+        reasoning = round(body * min(max(fraction, 0.0), 1.0))
+        parts = [ordinary[:reasoning], [cfg.think_end_id] if think_end else [], ordinary[reasoning:body]]
+        if ignore_eos:
+            parts += [[cfg.eos_id], ordinary[body:]]
+        else:
+            parts += [ordinary[body:], [cfg.eos_id]]
+        sequence = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
+
+        if not ignore_eos:
+            stops = {cfg.eos_id, *stop_token_ids}
+            hits = np.flatnonzero(np.isin(sequence[min_new_tokens:limit], list(stops)))
+            if hits.size:
+                end = min_new_tokens + int(hits[0]) + 1
+                return Generation(sequence[:end].tolist(), {"type": "stop", "matched": int(sequence[end - 1])})
+        return Generation(sequence[:limit].tolist(), {"type": "length", "length": limit})
+
+
+def load_text_decoder(tokenizer_path: str | None) -> Callable[[list[int], bool], str] | None:
+    """`decode(ids, skip_special_tokens)` with the tokenizer at `tokenizer_path`, loaded once; None without one.
+
+    `standin:kimi-k2.5` names the project's stand-in tokenizer.
+    """
+    if not tokenizer_path:
+        return None
+    from transformers import AutoTokenizer
+
+    if tokenizer_path.startswith("standin:"):
+        from eagle_datagen.standin.kimi_tokenizer import standin_tokenizer_dir
+
+        tokenizer_path = str(standin_tokenizer_dir())
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+
+    def decode(ids: list[int], skip_special_tokens: bool) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    return decode

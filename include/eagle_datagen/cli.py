@@ -11,8 +11,12 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from eagle_datagen.errors import DataGenError
+
+if TYPE_CHECKING:
+    from eagle_datagen.tokenization.stage import TokenizeOptions
 
 EPILOG = """\
 SRC is a file (.jsonl, .jsonl.gz, .parquet, .csv), a folder, a quoted glob or an s3:// URI (a key, a prefix
@@ -29,6 +33,31 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _positive_float(text: str) -> float:
+    if (value := _float(text)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    if (value := _float(text)) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def _probability(text: str) -> float:
+    if not 0 < (value := _float(text)) <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
     return value
 
 
@@ -166,6 +195,122 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tokenize.set_defaults(handler=_tokenize)
 
+    run = commands.add_parser(
+        "run",
+        help="source, tokenize and generate against SGLang's /generate; resumable by --run-id",
+        description="Source and tokenize prompts, check the SGLang servers (health, model, version, a canary "
+        "generation), split the prompts into shards and generate every sample with SGLang's native /generate "
+        "endpoint, token ids in and out. Finished samples are checkpointed under ROOT as they arrive; rerunning "
+        "with the same --run-id continues where an interrupted run stopped. Until validation lands, finished "
+        "shards are written unvalidated to ROOT/generated/run=<id>/category=<c>/part-<shard>.parquet.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_source_arguments(run)
+    _add_tokenizer_arguments(run)
+    servers = run.add_argument_group("SGLang")
+    servers.add_argument(
+        "--sglang-url",
+        action="append",
+        default=[],
+        required=True,
+        metavar="URL",
+        help="base URL of an SGLang server or router (http://host:30000); repeat for replicas",
+    )
+    servers.add_argument(
+        "--model",
+        metavar="NAME",
+        help="the model the servers must serve (default: the profile's, e.g. moonshotai/Kimi-K2.5)",
+    )
+    servers.add_argument(
+        "--allow-model-mismatch",
+        action="store_true",
+        help="go on when /get_model_info reports another model than --model",
+    )
+    servers.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="requests in flight per endpoint (default: 1.25 x the server's max_running_requests)",
+    )
+    servers.add_argument(
+        "--max-attempts",
+        type=_positive_int,
+        default=8,
+        metavar="N",
+        help="attempts per sample for transient failures (503, 429, 408, 5xx, aborts, disconnects, "
+        "timeouts) before it is left for a rerun (default: 8)",
+    )
+    servers.add_argument(
+        "--request-timeout",
+        type=_positive_float,
+        default=3600.0,
+        metavar="S",
+        help="seconds one /generate request may take (default: 3600)",
+    )
+    servers.add_argument(
+        "--no-canary",
+        action="store_true",
+        help="skip the canary generation of the preflight (health, model and version are still checked)",
+    )
+    sampling = run.add_argument_group("sampling (override the recipe for every category)")
+    sampling.add_argument(
+        "--max-new-tokens",
+        type=_positive_int,
+        metavar="N",
+        help="most tokens generated per sample (default: the recipe's, else 8192)",
+    )
+    sampling.add_argument(
+        "--temperature",
+        type=_non_negative_float,
+        metavar="T",
+        help="sampling temperature (default: the recipe's, else the profile's: 1.0 for Kimi)",
+    )
+    sampling.add_argument(
+        "--top-p",
+        type=_probability,
+        metavar="P",
+        help="nucleus sampling (default: the recipe's, else the profile's: 0.95 for Kimi)",
+    )
+    sampling.add_argument("--top-k", type=int, metavar="K", help="top-k sampling, -1 for off (default: off)")
+    sampling.add_argument(
+        "--samples-per-prompt",
+        type=_positive_int,
+        metavar="K",
+        help="samples per prompt, each with its own seed (default: the recipe's, else 1)",
+    )
+    output = run.add_argument_group("output, shards and resume")
+    output.add_argument(
+        "--output", required=True, metavar="ROOT", help="output root: a local folder or s3://bucket/prefix"
+    )
+    output.add_argument(
+        "--run-id", metavar="ID", help="name of the run (default: a new UTC timestamp id); reuse it to resume a run"
+    )
+    output.add_argument(
+        "--shard-size", type=_positive_int, default=1000, metavar="N", help="prompts per shard (default: 1000)"
+    )
+    output.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=64,
+        metavar="N",
+        help="write finished samples to ROOT/checkpoints when N are waiting (default: 64)",
+    )
+    output.add_argument(
+        "--checkpoint-interval",
+        type=_positive_float,
+        default=2.0,
+        metavar="S",
+        help="... or when the oldest has waited S seconds (default: 2)",
+    )
+    output.add_argument(
+        "--processes",
+        type=_positive_int,
+        metavar="N",
+        help="worker processes for tokenization (default: one per 2000 prompts)",
+    )
+    run.set_defaults(handler=_run)
+
     standin = commands.add_parser(
         "build-standin-tokenizer",
         help="write the stand-in Kimi-K2.5 tokenizer to a folder",
@@ -177,28 +322,80 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _tokenize(args: argparse.Namespace) -> int:
-    from eagle_datagen.tokenization.stage import TokenizeOptions, run_tokenize
+def _tokenize_options(args: argparse.Namespace) -> TokenizeOptions:
+    from eagle_datagen.tokenization.stage import TokenizeOptions
 
-    summary = run_tokenize(
-        TokenizeOptions(
-            output=args.output,
-            tokenizer=args.tokenizer,
-            prompts=args.prompts,
-            recipe=args.recipe,
-            profile=args.profile,
-            categories=args.categories,
-            limit=args.limit,
-            max_prompt_tokens=args.max_prompt_tokens,
-            max_reject_rate=args.max_reject_rate,
-            max_record_bytes=args.max_record_bytes,
-            seed=args.seed,
-            processes=args.processes,
-            trust_remote_code=args.trust_remote_code,
-        )
+    return TokenizeOptions(
+        output=args.output,
+        tokenizer=args.tokenizer,
+        prompts=args.prompts,
+        recipe=args.recipe,
+        profile=args.profile,
+        categories=args.categories,
+        limit=args.limit,
+        max_prompt_tokens=args.max_prompt_tokens,
+        max_reject_rate=args.max_reject_rate,
+        max_record_bytes=args.max_record_bytes,
+        seed=args.seed,
+        processes=args.processes,
+        trust_remote_code=args.trust_remote_code,
     )
+
+
+def _tokenize(args: argparse.Namespace) -> int:
+    from eagle_datagen.tokenization.stage import run_tokenize
+
+    summary = run_tokenize(_tokenize_options(args))
     print(format_tokenize_summary(summary.to_json()))
     return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from eagle_datagen.generation.checkpoint import CheckpointPolicy
+    from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
+    from eagle_datagen.inference.retry import RetryPolicy
+
+    summary = run_generation(
+        RunOptions(
+            prompts=_tokenize_options(args),
+            sglang_urls=args.sglang_url,
+            run_id=args.run_id,
+            model=args.model,
+            allow_model_mismatch=args.allow_model_mismatch,
+            sampling=SamplingOverrides(
+                max_new_tokens=args.max_new_tokens,
+                temperature=args.temperature,
+                top_p=args.top_p,
+                top_k=args.top_k,
+                samples_per_prompt=args.samples_per_prompt,
+            ),
+            shard_size=args.shard_size,
+            concurrency=args.concurrency,
+            retry=RetryPolicy(max_attempts=args.max_attempts, request_timeout_s=args.request_timeout),
+            checkpoint=CheckpointPolicy(max_samples=args.checkpoint_every, max_age_s=args.checkpoint_interval),
+            canary=not args.no_canary,
+        )
+    )
+    print(format_run_summary(summary.to_json()))
+    return 0 if summary.pending == 0 else 3
+
+
+def format_run_summary(summary: dict) -> str:
+    finish = ", ".join(f"{kind} {n:,}" for kind, n in sorted(summary["finish"].items())) or "none"
+    lines = [
+        f"run {summary['run_id']}: {summary['samples']:,} samples in {summary['shards']} shard(s); "
+        f"{summary['resumed']:,} resumed from checkpoints, {summary['generated']:,} generated now, "
+        f"{summary['pending']:,} pending",
+        f"finish reasons: {finish}",
+        f"retries: {summary['retries']:,}; failed attempts: "
+        + (", ".join(f"{k} {v:,}" for k, v in sorted(summary["failures"].items())) or "none"),
+        f"output: {summary['output']} ({len(summary['files'])} finished shard file(s)) in {summary['elapsed_s']:.1f}s",
+    ]
+    if summary["pending"]:
+        lines.append(
+            f"{summary['pending']:,} samples ran out of retries: rerun with --run-id {summary['run_id']} to finish them"
+        )
+    return "\n".join(lines)
 
 
 def format_tokenize_summary(summary: dict) -> str:

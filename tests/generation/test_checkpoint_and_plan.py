@@ -1,0 +1,152 @@
+"""Checkpoints (immutable chunks, crash-tolerant reads) and run plans (fixed shards, reloadable)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from conftest import user_record
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, checkpoint_prefix, load_checkpoints
+from eagle_datagen.generation.plan import (
+    CategorySettings,
+    RunPlan,
+    check_plan_matches,
+    load_plan,
+    shard_requests,
+    split_into_shards,
+    write_plan,
+)
+from eagle_datagen.inference.samples import SampleRequest, SampleResult
+from eagle_datagen.records import validate_record
+from eagle_datagen.storage.output_root import LocalOutputRoot
+from eagle_datagen.tokenization.tokenize import TokenizedPrompt
+
+
+def result(i: int, shard: int = 0, retryable: bool = False) -> SampleResult:
+    request = SampleRequest.create(
+        prompt_id=f"p{i}",
+        record_id=None,
+        category="chat",
+        sample_index=0,
+        prompt_ids=[1],
+        model="m",
+        sampling={},
+        shard=shard,
+    )
+    return SampleResult(
+        request,
+        output_ids=[5, 163586],
+        finish_reason={"type": "stop", "matched": 163586},
+        meta_info={"completion_tokens": 2},
+        endpoint="http://e",
+        attempts=1,
+        error="gave up" if retryable else None,
+        retryable=retryable,
+    )
+
+
+def test_writer_flushes_by_count_and_on_exit_and_skips_retryable(tmp_path):
+    root = LocalOutputRoot(str(tmp_path))
+
+    async def scenario():
+        async with CheckpointWriter(root, "r1", CheckpointPolicy(max_samples=3, max_age_s=60)) as writer:
+            for i in range(4):
+                await writer.add(result(i))
+            assert len(root.list(checkpoint_prefix("r1", 0))) == 1  # flushed at 3
+            await writer.add(result(99, retryable=True))
+            await writer.add(result(5, shard=1))
+        return writer.written
+
+    assert asyncio.run(scenario()) == 5
+    shard0 = load_checkpoints(root, "r1", 0)
+    assert len(shard0) == 4 and result(99).request.sample_id not in shard0
+    assert len(load_checkpoints(root, "r1", 1)) == 1
+
+
+def test_writer_flushes_by_age(tmp_path):
+    root = LocalOutputRoot(str(tmp_path))
+
+    async def scenario():
+        async with CheckpointWriter(root, "r1", CheckpointPolicy(max_samples=100, max_age_s=0.1)) as writer:
+            await writer.add(result(1))
+            await asyncio.sleep(0.3)
+            return len(root.list(checkpoint_prefix("r1", 0)))
+
+    assert asyncio.run(scenario()) == 1
+
+
+def test_reading_tolerates_a_cut_chunk_and_keeps_the_first_copy(tmp_path):
+    root = LocalOutputRoot(str(tmp_path))
+    good = result(1).to_checkpoint()
+    import json
+
+    line = json.dumps(good)
+    root.write_bytes(checkpoint_prefix("r", 0) + "chunk-1.jsonl", (line + "\n" + line[:40]).encode())
+    root.write_bytes(checkpoint_prefix("r", 0) + "chunk-2.jsonl", (line + "\n").encode())
+    assert list(load_checkpoints(root, "r", 0)) == [good["sample_id"]]
+
+
+def tokenized(n: int, category: str) -> list[TokenizedPrompt]:
+    return [
+        TokenizedPrompt(
+            validate_record(user_record(f"{category} {i}", category=category, id=f"{category}-{i}"), "o"),
+            [1, 2, i, 163606],
+        )
+        for i in range(n)
+    ]
+
+
+def make_plan(tmp_path, samples_per_prompt=2):
+    root = LocalOutputRoot(str(tmp_path))
+    prompts = tokenized(5, "math") + tokenized(3, "chat")
+    settings = {
+        c: CategorySettings({"temperature": 1.0, "max_new_tokens": 64}, samples_per_prompt) for c in ("math", "chat")
+    }
+    shards = split_into_shards(prompts, 2, settings)
+    plan = RunPlan("r1", "moonshotai/Kimi-K2.5", "kimi-k2.5", settings, [s for s, _ in shards], {"x": 1})
+    write_plan(root, plan, [p for _, p in shards])
+    return root, plan
+
+
+def test_shards_are_per_category_and_fixed(tmp_path):
+    root, plan = make_plan(tmp_path)
+    assert [(s.category, s.prompts, s.samples) for s in plan.shards] == [
+        ("chat", 2, 4),
+        ("chat", 1, 2),
+        ("math", 2, 4),
+        ("math", 2, 4),
+        ("math", 1, 2),
+    ]
+    assert plan.total_samples == 16
+    loaded = load_plan(root, "r1")
+    assert loaded == plan
+    requests = shard_requests(root, loaded, 2)
+    assert [(r.record_id, r.sample_index) for r in requests] == [
+        ("math-0", 0),
+        ("math-0", 1),
+        ("math-1", 0),
+        ("math-1", 1),
+    ]
+    assert len({r.sample_id for r in requests}) == 4
+    assert requests == shard_requests(root, loaded, 2)  # same ids, seeds and rids every time
+    assert load_plan(root, "other") is None
+
+
+def test_a_rerun_with_other_settings_is_refused(tmp_path):
+    _, plan = make_plan(tmp_path)
+    other = RunPlan(
+        plan.run_id,
+        plan.model,
+        plan.profile,
+        {
+            c: CategorySettings(s.sampling | {"temperature": 0.5}, s.samples_per_prompt)
+            for c, s in plan.categories.items()
+        },
+        plan.shards,
+        plan.provenance,
+    )
+    check_plan_matches(plan, plan)
+    with pytest.raises(ConfigError, match="already exists at this output with other settings"):
+        check_plan_matches(plan, other)

@@ -8,7 +8,6 @@ REQ_HASH := $(shell cat $(REQ_FILES) | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 export EAGLE_DATAGEN_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
-export TOKENIZERS_PARALLELISM ?= true
 
 .PHONY: venv test test-fast demo lint bench constraints clean
 

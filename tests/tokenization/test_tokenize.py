@@ -43,6 +43,14 @@ def test_processes_give_the_same_result_in_the_same_order(loaded_tokenizer, demo
     assert [t.record.prompt_id for t in two.prompts] == [r.prompt_id for r in records]
 
 
+@pytest.mark.timeout(120)
+def test_processes_do_not_hang_with_tokenizers_parallelism_on(loaded_tokenizer, demo_records, monkeypatch):
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    loaded_tokenizer.tokenizer(["warm up the Rust thread pool in the parent"] * 64)
+    result = tokenize_prompts(loaded_tokenizer, demo_records * 2, 100_000, processes=2, batch_size=32)
+    assert len(result.prompts) == 2 * len(demo_records)
+
+
 def test_prompts_over_the_limit_are_rejected_with_the_reason(loaded_tokenizer):
     records = [
         validate_record(user_record("short", id="s"), "o:1"),

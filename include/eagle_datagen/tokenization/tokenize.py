@@ -96,6 +96,9 @@ _worker: tuple[Any, ModelProfile, Mapping[str, int]] | None = None
 
 def _init_worker(spec: str, profile: ModelProfile, limits: Mapping[str, int], trust_remote_code: bool) -> None:
     global _worker
+    # A forked child must not use the Rust thread pool it inherited (its threads do not survive the fork):
+    # with TOKENIZERS_PARALLELISM=true it would wait on them forever. Processes are the parallelism here.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     if _worker is None:
         from eagle_datagen.tokenization.loader import load_tokenizer
 

@@ -249,6 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds one /generate request may take (default: 3600)",
     )
     servers.add_argument(
+        "--wait-ready",
+        type=_non_negative_float,
+        default=30.0,
+        metavar="S",
+        help="how long the preflight waits for a server that is still starting (default: 30)",
+    )
+    servers.add_argument(
         "--no-canary",
         action="store_true",
         help="skip the canary generation of the preflight (health, model and version are still checked)",
@@ -374,6 +381,7 @@ def _run(args: argparse.Namespace) -> int:
             retry=RetryPolicy(max_attempts=args.max_attempts, request_timeout_s=args.request_timeout),
             checkpoint=CheckpointPolicy(max_samples=args.checkpoint_every, max_age_s=args.checkpoint_interval),
             canary=not args.no_canary,
+            preflight_wait_s=args.wait_ready,
         )
     )
     print(format_run_summary(summary.to_json()))

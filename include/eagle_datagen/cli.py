@@ -249,6 +249,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds one /generate request may take (default: 3600)",
     )
     servers.add_argument(
+        "--give-up-after",
+        type=_positive_float,
+        default=600.0,
+        metavar="S",
+        help="when every endpoint has been failing for S seconds, stop and leave the remaining samples for a "
+        "rerun (default: 600)",
+    )
+    servers.add_argument(
         "--wait-ready",
         type=_non_negative_float,
         default=30.0,
@@ -360,6 +368,7 @@ def _tokenize(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from eagle_datagen.generation.checkpoint import CheckpointPolicy
     from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
+    from eagle_datagen.inference.endpoints import BreakerPolicy
     from eagle_datagen.inference.retry import RetryPolicy
 
     summary = run_generation(
@@ -379,6 +388,7 @@ def _run(args: argparse.Namespace) -> int:
             shard_size=args.shard_size,
             concurrency=args.concurrency,
             retry=RetryPolicy(max_attempts=args.max_attempts, request_timeout_s=args.request_timeout),
+            breaker=BreakerPolicy(give_up_after_s=args.give_up_after),
             checkpoint=CheckpointPolicy(max_samples=args.checkpoint_every, max_age_s=args.checkpoint_interval),
             canary=not args.no_canary,
             preflight_wait_s=args.wait_ready,

@@ -37,7 +37,7 @@ from eagle_datagen.generation.plan import (
     write_plan,
 )
 from eagle_datagen.inference.client import GenerateClient
-from eagle_datagen.inference.endpoints import Endpoint, EndpointPool
+from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
 from eagle_datagen.inference.preflight import ServerInfo, preflight
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.samples import SampleRequest
@@ -75,6 +75,7 @@ class RunOptions:
     shard_size: int = 1000
     concurrency: int | None = None  # per endpoint; default from the server's max_running_requests
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     canary: bool = True
     canary_max_new_tokens: int = 4096
@@ -233,7 +234,7 @@ async def generate_pending(
         Endpoint(s.url, options.concurrency or math.ceil(WINDOW_PER_SLOT * (s.max_running_requests or DEFAULT_WINDOW)))
         for s in servers
     ]
-    pool = EndpointPool(endpoints)
+    pool = EndpointPool(endpoints, options.breaker)
     log.info(
         "run %s: %d samples to generate, %d already done; %d in flight over %d endpoint(s)",
         plan.run_id,

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from eagle_datagen.inference.endpoints import Endpoint, EndpointPool
+from eagle_datagen.inference.endpoints import Endpoint, EndpointPool, NoEndpointAvailable
 from eagle_datagen.inference.retry import Failure, RetryPolicy, failure_from_status
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 
@@ -107,7 +107,12 @@ class GenerateClient:
     async def generate(self, request: SampleRequest) -> SampleResult:
         result = SampleResult(request)
         for attempt in range(1, self.policy.max_attempts + 1):
-            endpoint = await self.pool.acquire()
+            try:
+                endpoint = await self.pool.acquire()
+            except NoEndpointAvailable as exc:
+                self.stats.failures["no_endpoint"] += 1
+                result.error, result.retryable = f"no_endpoint: {exc}", True
+                break
             self.stats.sent += 1
             outcome = await self._attempt(endpoint, request.body(attempt))
             ok = not isinstance(outcome, Failure)

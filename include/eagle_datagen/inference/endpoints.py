@@ -16,6 +16,7 @@ class Endpoint:
     consecutive_failures: int = 0
     open_until: float = 0.0  # breaker open (endpoint out) until this monotonic time
     probing: bool = False  # half-open: one request is testing the endpoint
+    trips: int = 0  # times the breaker opened in a row without a success since; doubles the open time
     served: int = 0
     failures: int = 0
 
@@ -32,6 +33,13 @@ class BreakerPolicy:
     failures_to_open: int = 5
     open_s: float = 2.0
     max_open_s: float = 60.0
+    # With every endpoint out and no success for this long, stop waiting: the samples left are given back
+    # as retryable (a rerun picks them up) instead of the run hanging on a dead deployment.
+    give_up_after_s: float = 600.0
+
+
+class NoEndpointAvailable(Exception):
+    """Every endpoint has been failing for longer than the breaker's give_up_after_s."""
 
 
 @dataclass
@@ -39,6 +47,7 @@ class EndpointPool:
     endpoints: list[Endpoint]
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    last_ok: float = field(default_factory=time.monotonic)
 
     @property
     def total_window(self) -> int:
@@ -56,8 +65,16 @@ class EndpointPool:
                     if chosen.open_until:
                         chosen.probing = True
                     return chosen
-                reopen = [e.open_until - now for e in self.endpoints if e.open_until > now]
-                timeout = max(0.01, min(reopen)) if reopen else None
+                all_out = all(e.open_until for e in self.endpoints)
+                give_up_at = self.last_ok + self.breaker.give_up_after_s
+                if all_out and now > give_up_at:
+                    raise NoEndpointAvailable(
+                        f"every endpoint has failed for {now - self.last_ok:.0f}s: {self.describe()}"
+                    )
+                wake = [e.open_until for e in self.endpoints if e.open_until > now]
+                if all_out:
+                    wake.append(give_up_at)
+                timeout = max(0.01, min(wake) - now) if wake else None
                 try:
                     await asyncio.wait_for(self._changed.wait(), timeout)
                 except TimeoutError:
@@ -70,19 +87,23 @@ class EndpointPool:
             if ok or not endpoint_fault:
                 if ok:
                     endpoint.served += 1
+                    self.last_ok = time.monotonic()
                 if endpoint.open_until:  # a successful probe closes the breaker
                     endpoint.open_until = 0.0
                 endpoint.probing = False
-                endpoint.consecutive_failures = 0 if ok else endpoint.consecutive_failures
+                if ok:
+                    endpoint.consecutive_failures = endpoint.trips = 0
             else:
+                now = time.monotonic()
                 endpoint.failures += 1
                 endpoint.consecutive_failures += 1
-                was_probe = endpoint.probing
-                endpoint.probing = False
-                if was_probe or endpoint.consecutive_failures >= self.breaker.failures_to_open:
-                    excess = max(0, endpoint.consecutive_failures - self.breaker.failures_to_open)
-                    open_s = min(self.breaker.max_open_s, self.breaker.open_s * 2**excess)
-                    endpoint.open_until = time.monotonic() + open_s
+                was_probe, endpoint.probing = endpoint.probing, False
+                # Failures of requests sent before the breaker opened do not extend it; a failed probe does.
+                tripped = endpoint.consecutive_failures >= self.breaker.failures_to_open
+                if was_probe or (tripped and endpoint.open_until <= now):
+                    endpoint.trips += 1
+                    open_s = min(self.breaker.max_open_s, self.breaker.open_s * 2 ** (endpoint.trips - 1))
+                    endpoint.open_until = now + open_s
             self._changed.notify_all()
 
     def describe(self) -> str:

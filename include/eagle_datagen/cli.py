@@ -326,6 +326,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_run)
 
+    from eagle_datagen.standin.sglang.cli import add_serve_sim_arguments
+
+    serve_sim = commands.add_parser(
+        "serve-sim",
+        help="run the stand-in SGLang server (real HTTP contract, throughput model, fault injection)",
+        description="Serve SGLang's native HTTP API from a stand-in: deterministic Kimi-shaped outputs "
+        "(reasoning, </think>, answer, <|im_end|>), a GPU-like throughput model (slots, queue, prefill and decode "
+        "time) and injectable faults. Binds 127.0.0.1 unless --host says otherwise. For tests, the demo and "
+        "benchmarks; not a model.",
+    )
+    add_serve_sim_arguments(serve_sim)
+    serve_sim.set_defaults(handler=_serve_sim)
+
     standin = commands.add_parser(
         "build-standin-tokenizer",
         help="write the stand-in Kimi-K2.5 tokenizer to a folder",
@@ -432,6 +445,12 @@ def format_tokenize_summary(summary: dict) -> str:
         lines.append(f"rejects: {summary['output'].rstrip('/')}/{summary['rejects_file']}")
     lines.append(f"chat template sha256: {summary['tokenizer']['chat_template_sha256']}")
     return "\n".join(lines)
+
+
+def _serve_sim(args: argparse.Namespace) -> int:
+    from eagle_datagen.standin.sglang.cli import serve_sim
+
+    return serve_sim(args)
 
 
 def _build_standin(args: argparse.Namespace) -> int:

@@ -1,0 +1,196 @@
+"""The aiohttp application: SGLang's native routes, and `/sim/*` control routes for tests and benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+from eagle_datagen.standin.sglang.config import FaultRates
+from eagle_datagen.standin.sglang.generate import handle_generate
+from eagle_datagen.standin.sglang.metrics import render_metrics
+from eagle_datagen.standin.sglang.state import STATE_KEY, SimState
+
+FLUSH_CACHE_TEXT = (
+    "Cache flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+
+
+def _state(request: web.Request) -> SimState:
+    return request.app[STATE_KEY]
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(body).encode(), status=status, content_type="application/json")
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def health_generate(request: web.Request) -> web.Response:
+    return web.Response(status=503 if _state(request).starting else 200)
+
+
+async def model_info(request: web.Request) -> web.Response:
+    cfg = _state(request).config
+    return _json(
+        {
+            "model_path": cfg.model_path,
+            "tokenizer_path": cfg.tokenizer_path or cfg.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": cfg.weight_version,
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "kimi_k25",
+            "architectures": ["KimiK25ForConditionalGeneration"],
+        }
+    )
+
+
+def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
+    cfg = state.config
+    return {
+        "model_path": cfg.model_path,
+        "tokenizer_path": cfg.tokenizer_path or cfg.model_path,
+        "tokenizer_mode": "auto",
+        "skip_tokenizer_init": False,
+        "load_format": "auto",
+        "trust_remote_code": True,
+        "context_length": cfg.context_length,
+        "is_embedding": False,
+        "served_model_name": cfg.model_path,
+        "host": host,
+        "port": port,
+        "dtype": "auto",
+        "kv_cache_dtype": "auto",
+        "chat_template": None,
+        "reasoning_parser": "kimi_k2" if state.faults.rates.strip_think > 0 else None,
+        "tool_call_parser": None,
+        "max_running_requests": cfg.max_running_requests,
+        "max_queued_requests": cfg.max_queued_requests,
+        "max_total_tokens": None,
+        "chunked_prefill_size": 8192,
+        "schedule_policy": "fcfs",
+        "tp_size": cfg.tp_size,
+        "dp_size": 1,
+        "stream_interval": cfg.stream_interval,
+        "stream_output": False,
+        "enable_metrics": True,
+        "weight_version": cfg.weight_version,
+        "max_req_input_len": cfg.context_length - 1,
+        "internal_states": [{"last_gen_throughput": 0.0}],
+        "version": cfg.version,
+        # the stand-in's own settings, under a name real SGLang does not use
+        "sglang_sim": {
+            "decode_s_per_token": cfg.decode_s_per_token,
+            "prefill_s_per_token": cfg.prefill_s_per_token,
+            "output_tokens": [cfg.output_tokens_min, cfg.output_tokens_max],
+            "faults": state.faults.rates.to_dict(),
+        },
+    }
+
+
+async def server_info(request: web.Request) -> web.Response:
+    state = _state(request)
+    return _json(server_info_body(state, *state.address))
+
+
+async def weight_version(request: web.Request) -> web.Response:
+    return _json({"weight_version": _state(request).config.weight_version})
+
+
+async def models(request: web.Request) -> web.Response:
+    cfg = _state(request).config
+    card = {
+        "id": cfg.model_path,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "sglang",
+        "root": cfg.model_path,
+        "max_model_len": cfg.context_length,
+    }
+    return _json({"object": "list", "data": [card]})
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    return web.Response(status=200, text=FLUSH_CACHE_TEXT)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(text=render_metrics(_state(request)), content_type="text/plain", charset="utf-8")
+
+
+async def sim_stats(request: web.Request) -> web.Response:
+    state = _state(request)
+    return _json(state.stats.to_json(state.pool))
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read() or b"{}")
+    except ValueError:
+        raise web.HTTPBadRequest(text="the body must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text="the body must be a JSON object")
+    return body
+
+
+async def sim_faults(request: web.Request) -> web.Response:
+    """Replace the fault rates: `{"error_503": 0.1, ...}`; kinds left out become 0."""
+    try:
+        rates = FaultRates.from_dict(await _json_body(request))
+    except (TypeError, ValueError) as exc:
+        return _json({"error": {"message": str(exc)}}, 400)
+    _state(request).set_fault_rates(rates)
+    return _json({"faults": rates.to_dict()})
+
+
+async def sim_restart(request: web.Request) -> web.StreamResponse:
+    """Answer, then restart: `{"downtime_s": x}` (default: the config's restart_downtime_s)."""
+    state = _state(request)
+    downtime = (await _json_body(request)).get("downtime_s", state.config.restart_downtime_s)
+    if isinstance(downtime, bool) or not isinstance(downtime, int | float) or downtime < 0:
+        return _json({"error": {"message": f"downtime_s must be a non-negative number, got {downtime!r}"}}, 400)
+    if state.restart is None:
+        return _json({"error": {"message": "this server was not started by a runner that can restart it"}}, 409)
+    response = _json({"restarting": True, "downtime_s": downtime})
+    await response.prepare(request)
+    await response.write_eof()  # on its way before the restart closes this connection
+    task = asyncio.get_running_loop().create_task(state.restart(downtime))
+    state.background.add(task)
+    task.add_done_callback(state.background.discard)
+    return response
+
+
+async def sim_reset_stats(request: web.Request) -> web.Response:
+    _state(request).reset_stats()
+    return _json({"reset": True})
+
+
+def build_app(state: SimState) -> web.Application:
+    app = web.Application(client_max_size=256 << 20)  # a 262k-token prompt is ~2 MB of JSON; batches more
+    app[STATE_KEY] = state
+    app.router.add_route("POST", "/generate", handle_generate)
+    app.router.add_route("PUT", "/generate", handle_generate)
+    app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health_generate)
+    for path in ("/get_model_info", "/model_info"):
+        app.router.add_get(path, model_info)
+    for path in ("/get_server_info", "/server_info"):
+        app.router.add_get(path, server_info)
+    app.router.add_get("/get_weight_version", weight_version)
+    app.router.add_get("/v1/models", models)
+    app.router.add_route("GET", "/flush_cache", flush_cache)
+    app.router.add_route("POST", "/flush_cache", flush_cache)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/sim/stats", sim_stats)
+    app.router.add_post("/sim/faults", sim_faults)
+    app.router.add_post("/sim/restart", sim_restart)
+    app.router.add_post("/sim/reset_stats", sim_reset_stats)
+    return app

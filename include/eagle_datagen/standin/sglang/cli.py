@@ -1,0 +1,242 @@
+"""`eagle-datagen serve-sim`: run the stand-in SGLang server in the foreground until Ctrl-C or SIGTERM.
+
+Once listening it prints exactly one line to stdout, `serving SGLang stand-in on http://HOST:PORT`, so a
+script (or a test) that passes `--port 0` can read the port it got.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import signal
+import sys
+
+from eagle_datagen.standin.sglang.config import PROFILES, FaultRates, SimConfig
+from eagle_datagen.standin.sglang.runner import start_sim_server
+
+FAULT_FLAGS = {
+    "error_503": "answer 503 'The request queue is full.' (SGLang's overload answer)",
+    "error_429": "answer 429 'router queue is full', as the SGLang router does",
+    "error_408": "answer 408 'Request timed out in router queue', as the SGLang router does",
+    "abort": "answer HTTP 200 with finish_reason abort ('Abort before prefill') and no output",
+    "drop": "close the connection without an answer (streams: after the first event)",
+    "slow": "answer --slow-seconds late",
+    "no_think_end": "leave </think> out of the output",
+    "echo": "the SGLang 0.5.0-0.5.4 bug: output_ids start with 1-5 ids copied from the prompt's end",
+    "strip_think": "remove <think>/</think> from output_ids, as a misconfigured reasoning parser would",
+}
+
+
+def _number(kind: type, minimum: float, text: str, strict: bool = False) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
+    if value < minimum or (strict and value == minimum):
+        raise argparse.ArgumentTypeError(f"{text!r} must be {'greater than' if strict else 'at least'} {minimum}")
+    return value
+
+
+def _rate(text: str) -> float:
+    value = _number(float, 0.0, text)
+    if value > 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1 (a probability per request, e.g. 0.05)")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(_number(int, 0, text))
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
+    return value
+
+
+def _output_tokens(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition("-")
+    try:
+        bounds = (int(low), int(high) if sep else int(low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN-MAX (e.g. 200-600)") from None
+    if not 2 <= bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 2 <= MIN <= MAX (room for </think> and EOS)")
+    return bounds
+
+
+def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `eagle-datagen serve-sim`."""
+    d = SimConfig()
+    non_negative = lambda text: _number(float, 0.0, text)  # noqa: E731
+    positive = lambda text: _number(float, 0.0, text, strict=True)  # noqa: E731
+    positive_int = lambda text: int(_number(int, 1, text))  # noqa: E731
+
+    net = parser.add_argument_group("server")
+    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    net.add_argument("--port", type=_port, default=30000, help="port to listen on; 0 picks a free one (default: 30000)")
+    net.add_argument(
+        "--startup-seconds",
+        type=non_negative,
+        default=d.startup_seconds,
+        metavar="S",
+        help="/health_generate answers 503 for S seconds after every (re)start (default: 0)",
+    )
+
+    model = parser.add_argument_group("reported model")
+    model.add_argument(
+        "--model-path", default=d.model_path, metavar="PATH", help=f"model path to report (default: {d.model_path})"
+    )
+    model.add_argument(
+        "--tokenizer-path",
+        metavar="TOK",
+        help="tokenizer directory (or standin:kimi-k2.5) to decode `text` with; without it `text` is empty",
+    )
+    model.add_argument(
+        "--weight-version", default=d.weight_version, metavar="V", help="weight version to report (default: default)"
+    )
+    model.add_argument(
+        "--version",
+        default=d.version,
+        metavar="V",
+        help=f"SGLang version that /get_server_info reports (default: {d.version})",
+    )
+    model.add_argument(
+        "--context-length",
+        type=positive_int,
+        default=d.context_length,
+        metavar="N",
+        help=f"context length in tokens; longer prompts get 400 (default: {d.context_length})",
+    )
+    model.add_argument(
+        "--vocab-size",
+        type=positive_int,
+        default=d.vocab_size,
+        metavar="N",
+        help=f"vocabulary size; larger prompt ids get 400 (default: {d.vocab_size})",
+    )
+
+    speed = parser.add_argument_group("capacity and speed")
+    speed.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        help="speed shortcut: realistic (25 ms/token, 200-600 tokens), fast (2 ms/token, 50-150 tokens), "
+        "instant (no latency, 50-150 tokens); the flags below override it",
+    )
+    speed.add_argument(
+        "--max-running-requests",
+        type=positive_int,
+        default=d.max_running_requests,
+        metavar="N",
+        help=f"slots: requests generated at once (default: {d.max_running_requests})",
+    )
+    speed.add_argument(
+        "--max-queued-requests",
+        type=lambda text: int(_number(int, 0, text)),
+        default=d.max_queued_requests,
+        metavar="N",
+        help=f"requests that may wait for a slot; more get 503 (default: {d.max_queued_requests})",
+    )
+    speed.add_argument(
+        "--prefill-ms-per-1k-tokens",
+        type=non_negative,
+        metavar="MS",
+        help=f"prefill time per 1000 prompt tokens (default: {d.prefill_s_per_token * 1e6:g}, or the profile's)",
+    )
+    speed.add_argument(
+        "--decode-ms-per-token",
+        type=non_negative,
+        metavar="MS",
+        help=f"decode time per output token; 0: no latency (default: {d.decode_s_per_token * 1e3:g}, or the profile's)",
+    )
+    speed.add_argument(
+        "--output-tokens",
+        type=_output_tokens,
+        metavar="MIN-MAX",
+        help=f"natural output length range (default: {d.output_tokens_min}-{d.output_tokens_max}, or the profile's)",
+    )
+
+    faults = parser.add_argument_group("faults (each a probability per request, 0 to 1; default 0)")
+    for kind, text in FAULT_FLAGS.items():
+        flag = "--fault-" + kind.removeprefix("error_").replace("_", "-")
+        faults.add_argument(flag, dest=f"fault_{kind}", type=_rate, default=0.0, metavar="P", help=text)
+    faults.add_argument(
+        "--slow-seconds",
+        type=non_negative,
+        default=d.slow_seconds,
+        metavar="S",
+        help=f"extra delay of a slow answer (default: {d.slow_seconds:g})",
+    )
+    faults.add_argument(
+        "--fault-seed", type=int, default=d.fault_seed, metavar="N", help="seed of the fault draws (default: 0)"
+    )
+    faults.add_argument(
+        "--restart-every",
+        type=positive,
+        metavar="S",
+        help="restart the server every S seconds: connections cut, port closed for --restart-downtime (default: never)",
+    )
+    faults.add_argument(
+        "--restart-downtime",
+        type=non_negative,
+        default=d.restart_downtime_s,
+        metavar="S",
+        help=f"seconds the server stays away on each restart (default: {d.restart_downtime_s:g})",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    config = SimConfig(
+        model_path=args.model_path,
+        tokenizer_path=args.tokenizer_path,
+        weight_version=args.weight_version,
+        version=args.version,
+        context_length=args.context_length,
+        vocab_size=args.vocab_size,
+        max_running_requests=args.max_running_requests,
+        max_queued_requests=args.max_queued_requests,
+        startup_seconds=args.startup_seconds,
+        faults=FaultRates(**{kind: getattr(args, f"fault_{kind}") for kind in FAULT_FLAGS}),
+        fault_seed=args.fault_seed,
+        slow_seconds=args.slow_seconds,
+        restart_every_s=args.restart_every,
+        restart_downtime_s=args.restart_downtime,
+    )
+    if args.profile:
+        config = config.with_profile(args.profile)
+    overrides = {}
+    if args.prefill_ms_per_1k_tokens is not None:
+        overrides["prefill_s_per_token"] = args.prefill_ms_per_1k_tokens / 1e6
+    if args.decode_ms_per_token is not None:
+        overrides["decode_s_per_token"] = args.decode_ms_per_token / 1e3
+    if args.output_tokens is not None:
+        overrides["output_tokens_min"], overrides["output_tokens_max"] = args.output_tokens
+    return dataclasses.replace(config, **overrides)
+
+
+async def _serve(config: SimConfig, host: str, port: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    server = await start_sim_server(config, host, port)
+    try:
+        print(f"serving SGLang stand-in on {server.url}", flush=True)
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def serve_sim(args: argparse.Namespace) -> int:
+    """Run until Ctrl-C or SIGTERM; 0 on a clean stop, 1 (with a one-line reason) if it cannot start."""
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"eagle-datagen: error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        asyncio.run(_serve(config, args.host, args.port))
+    except OSError as exc:
+        print(f"eagle-datagen: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers were in place
+        pass
+    return 0

@@ -1,0 +1,270 @@
+"""POST /generate: router faults, validation, queueing for a slot, timed "generation", JSON or SSE answers.
+
+Order of events for one request: the router's faults (429, 408), SGLang's validation (400, 500), SGLang's
+queue (503, injected or real), a dropped connection, a slow answer, then each prompt (or sample) takes a
+slot for prefill_s_per_token x prompt + decode_s_per_token x output seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from eagle_datagen.standin.sglang.engine import QueueFull
+from eagle_datagen.standin.sglang.faults import (
+    ABORT_FINISH_REASON,
+    QUEUE_FULL_BODY,
+    ROUTER_408_BODY,
+    ROUTER_429_BODY,
+    ItemFaults,
+    apply_output_faults,
+)
+from eagle_datagen.standin.sglang.protocol import (
+    BadRequest,
+    GenerateItem,
+    GenerateRequest,
+    InvalidBody,
+    UncaughtError,
+    parse_generate,
+    response_object,
+)
+from eagle_datagen.standin.sglang.state import STATE_KEY, SimState
+
+Emit = Callable[[GenerateItem, dict[str, Any]], Awaitable[None]]
+
+
+class Dropped(Exception):
+    """The drop fault: close the connection without (the rest of) a response."""
+
+
+async def _sleep(seconds: float) -> None:
+    if seconds > 0:  # zero-latency profiles skip the timer entirely
+        await asyncio.sleep(seconds)
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(body).encode(), status=status, content_type="application/json")
+
+
+def _sse(body: Any) -> bytes:
+    return b"data: " + (body if isinstance(body, bytes) else json.dumps(body).encode()) + b"\n\n"
+
+
+async def handle_generate(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    state.stats.request_arrived()
+    outcome = "disconnected"  # kept if the client goes away or a restart cuts the connection
+    try:
+        response = await _generate(request, state, time.monotonic())
+        outcome = str(response.status)
+        return response
+    except Dropped:
+        outcome = "dropped"
+        if request.transport is not None:
+            request.transport.close()
+        raise asyncio.CancelledError from None  # aiohttp's path for a connection that is gone
+    finally:
+        state.stats.outcomes[outcome] += 1
+
+
+async def _generate(request: web.Request, state: SimState, arrived: float) -> web.StreamResponse:
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        return _json(InvalidBody(f"JSON decode error: {exc}").body(), 400)
+    stream = isinstance(body, dict) and body.get("stream") is True
+    faults = state.faults.for_request()
+    if faults.error_429:
+        state.stats.faults["error_429"] += 1
+        return _json(ROUTER_429_BODY, 429)
+    if faults.error_408:
+        state.stats.faults["error_408"] += 1
+        return _json(ROUTER_408_BODY, 408)
+    try:
+        parsed = parse_generate(body, state.config, state.codec.encode if state.codec else None)
+    except InvalidBody as exc:
+        return _json(exc.body(), 400)
+    except BadRequest as exc:
+        if stream:  # SGLang validates inside its stream: a 200, then the error as an event
+            return await _stream_error(request, exc.body())
+        return _json(exc.body(), 400)
+    except UncaughtError:
+        if stream:  # the stream has started when SGLang's uncaught error breaks it
+            await _start_stream(request)
+            raise Dropped from None
+        return web.Response(status=500, text="Internal Server Error")
+    if faults.error_503:
+        state.stats.faults["error_503"] += 1
+        return await _stream_error(request, _queue_full_event()) if stream else _json(QUEUE_FULL_BODY, 503)
+    if faults.drop and not stream:
+        state.stats.faults["drop"] += 1
+        raise Dropped
+    if faults.slow:
+        state.stats.faults["slow"] += 1
+        await asyncio.sleep(state.config.slow_seconds)
+    item_faults = [state.faults.for_item() for _ in parsed.items]
+    for f in item_faults:
+        for kind in f.kinds():
+            state.stats.faults[kind] += 1
+    if stream:
+        if faults.drop:
+            state.stats.faults["drop"] += 1
+        return await _stream(request, state, parsed, item_faults, arrived, drop=faults.drop)
+    try:
+        results = await _run_all(state, parsed, item_faults, arrived, None)
+    except QueueFull:
+        return _json(QUEUE_FULL_BODY, 503)
+    return _json(results[0] if parsed.single else results)
+
+
+def _queue_full_event() -> dict[str, Any]:
+    return {"error": {"message": QUEUE_FULL_BODY["message"]}}
+
+
+async def _run_all(
+    state: SimState, parsed: GenerateRequest, item_faults: list[ItemFaults], arrived: float, emit: Emit | None
+) -> list[dict[str, Any]]:
+    """Every item in its own slot, concurrently."""
+    return await _concurrently(
+        [run_item(state, item, faults, arrived, emit) for item, faults in zip(parsed.items, item_faults, strict=True)]
+    )
+
+
+async def _concurrently(coros: list[Awaitable[Any]]) -> list[Any]:
+    """Results in order. The first QueueFull or Dropped cancels the others and is raised as it is."""
+    if len(coros) == 1:
+        return [await coros[0]]
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(c) for c in coros]
+    except ExceptionGroup as errors:
+        for kind in (Dropped, QueueFull):
+            if errors.subgroup(kind) is not None:
+                raise kind from None
+        raise
+    return [task.result() for task in tasks]
+
+
+async def run_item(
+    state: SimState, item: GenerateItem, faults: ItemFaults, arrived: float, emit: Emit | None
+) -> dict[str, Any]:
+    """Generate one output, holding a slot for its modelled time; `emit` receives the streamed partials."""
+    cfg = state.config
+    sampling = item.sampling
+
+    def result(output_ids: list[int], finish: dict | None, completion_tokens: int) -> dict[str, Any]:
+        return response_object(
+            text=state.text(output_ids, sampling.skip_special_tokens),
+            output_ids=output_ids,
+            rid=item.rid,
+            finish_reason=finish,
+            prompt_tokens=len(item.prompt_ids),
+            completion_tokens=completion_tokens,
+            e2e_latency=time.monotonic() - arrived,
+            weight_version=cfg.weight_version,
+        )
+
+    if faults.abort:
+        return result([], dict(ABORT_FINISH_REASON), 0)
+    generation = state.outputs.generate(
+        item.prompt_ids,
+        sampling_seed=sampling.sampling_seed,
+        sample_index=item.sample_index,
+        max_new_tokens=sampling.max_new_tokens,
+        min_new_tokens=sampling.min_new_tokens,
+        stop_token_ids=sampling.stop_token_ids,
+        ignore_eos=sampling.ignore_eos,
+        think_end=not faults.no_think_end,
+    )
+    think_ids = (cfg.think_start_id, cfg.think_end_id)
+    output_ids, completion_tokens = apply_output_faults(generation.output_ids, item.prompt_ids, faults, think_ids)
+    decoded = len(generation.output_ids)  # the tokens the model "ran" for, whatever the faults did
+    await state.pool.acquire()
+    try:
+        await _sleep(cfg.prefill_s_per_token * len(item.prompt_ids))
+        if emit is None:
+            await _sleep(cfg.decode_s_per_token * decoded)
+        else:
+            await _stream_partials(state, item, output_ids, faults.echo, decoded, emit, result)
+    finally:
+        state.pool.release()
+    state.stats.items += 1
+    state.stats.prompt_tokens += len(item.prompt_ids)
+    state.stats.generation_tokens += completion_tokens
+    return result(output_ids, generation.finish_reason, completion_tokens)
+
+
+async def _stream_partials(
+    state: SimState,
+    item: GenerateItem,
+    output_ids: list[int],
+    prefix: int,
+    decoded: int,
+    emit: Emit,
+    result: Callable[[list[int], dict | None, int], dict[str, Any]],
+) -> None:
+    """Cumulative partial results after the first token and every stream_interval tokens, timed along the
+    decode. The final result (with its finish_reason) is the caller's to send."""
+    interval = item.sampling.stream_interval or state.config.stream_interval
+    per_token = state.config.decode_s_per_token
+    total = len(output_ids) - prefix
+    sent = 0
+    for count in dict.fromkeys([1, *range(interval, total, interval)]):
+        if count >= total:
+            break
+        await _sleep(per_token * (count - sent))
+        sent = count
+        await emit(item, result(output_ids[: prefix + count], None, count))
+    await _sleep(per_token * max(decoded - sent, 0))
+
+
+async def _start_stream(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(status=200, headers={"Cache-Control": "no-cache"})
+    response.content_type = "text/event-stream"
+    await response.prepare(request)
+    return response
+
+
+async def _stream_error(request: web.Request, error: dict[str, Any]) -> web.StreamResponse:
+    response = await _start_stream(request)
+    await response.write(_sse(error) + _sse(b"[DONE]"))
+    await response.write_eof()
+    return response
+
+
+async def _stream(
+    request: web.Request,
+    state: SimState,
+    parsed: GenerateRequest,
+    item_faults: list[ItemFaults],
+    arrived: float,
+    drop: bool,
+) -> web.StreamResponse:
+    """`data: {json}` events with cumulative output_ids, `data: [DONE]` last; a batch's events carry `index`."""
+    response = await _start_stream(request)
+
+    async def emit(item: GenerateItem, event: dict[str, Any]) -> None:
+        if not parsed.single:
+            event["index"] = item.index
+        await response.write(_sse(event))
+        if drop:  # the drop fault, mid-stream: after the first event
+            raise Dropped
+
+    async def emit_final(item: GenerateItem, faults: ItemFaults) -> dict[str, Any]:
+        final = await run_item(state, item, faults, arrived, emit)
+        await emit(item, final)
+        return final
+
+    try:
+        await _concurrently([emit_final(item, faults) for item, faults in zip(parsed.items, item_faults, strict=True)])
+    except QueueFull:
+        await response.write(_sse(_queue_full_event()))
+    await response.write(_sse(b"[DONE]"))
+    await response.write_eof()
+    return response

@@ -1,0 +1,144 @@
+"""How the client reacts to each fault of the stand-in: retried, recorded or stored for validation.
+
+Nothing is lost and nothing is stored twice: every planned sample appears exactly once in the output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import user_record, write_jsonl
+from eagle_datagen.generation.checkpoint import CheckpointPolicy
+from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
+from eagle_datagen.inference.endpoints import BreakerPolicy
+from eagle_datagen.inference.retry import RetryPolicy
+from eagle_datagen.standin.sglang.config import SimConfig
+from eagle_datagen.standin.sglang.runner import SimServerThread
+from eagle_datagen.tokenization.stage import TokenizeOptions
+
+pytestmark = pytest.mark.slow
+PROMPTS = 30
+
+
+def options(tmp_path: Path, urls: list[str], run_id: str = "r", **changes) -> RunOptions:
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"question {i}: " + "word " * i) for i in range(PROMPTS)])
+    base = dict(
+        prompts=TokenizeOptions(output=str(tmp_path / "out"), tokenizer="standin:kimi-k2.5", prompts=[str(src)]),
+        sglang_urls=urls,
+        run_id=run_id,
+        sampling=SamplingOverrides(max_new_tokens=1000),
+        shard_size=10,
+        retry=RetryPolicy(max_attempts=10, base_delay_s=0.01, max_delay_s=0.05),
+        checkpoint=CheckpointPolicy(max_samples=8, max_age_s=0.2),
+        canary=False,
+        preflight_wait_s=2,
+    )
+    return RunOptions(**(base | changes))
+
+
+def rows(tmp_path: Path, run_id: str = "r") -> list[dict]:
+    found = []
+    for part in sorted((tmp_path / "out").glob(f"generated/run={run_id}/category=*/part-*.parquet")):
+        found.extend(pq.read_table(part).to_pylist())
+    return found
+
+
+def assert_each_sample_once(tmp_path: Path, expected: int = PROMPTS) -> list[dict]:
+    found = rows(tmp_path)
+    assert len(found) == expected and len({r["sample_id"] for r in found}) == expected
+    return found
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [
+        ("error_503", "http_503"),
+        ("error_429", "http_429"),
+        ("error_408", "http_408"),
+        ("abort", "abort"),
+        ("drop", "disconnect"),
+    ],
+)
+def test_transient_faults_are_retried_until_every_sample_is_done(tmp_path, fault, kind):
+    with SimServerThread(SimConfig(faults={fault: 0.4}, fault_seed=3).with_profile("instant")) as sim:
+        summary = run_generation(options(tmp_path, [sim.url]))
+        assert sim.stats()["faults"].get(fault, 0) > 0
+    assert summary.pending == 0 and summary.finish == {"stop": PROMPTS}
+    assert summary.failures.get(kind, 0) > 0 and summary.retries >= summary.failures[kind]
+    found = assert_each_sample_once(tmp_path)
+    assert all(r["output_ids"][-1] == 163586 and r["error"] is None for r in found)
+    assert max(r["attempts"] for r in found) > 1
+
+
+def test_slow_answers_are_waited_for(tmp_path):
+    config = SimConfig(faults={"slow": 0.3}, slow_seconds=0.3).with_profile("instant")
+    with SimServerThread(config) as sim:
+        summary = run_generation(options(tmp_path, [sim.url]))
+        assert sim.stats()["faults"]["slow"] > 0
+    assert summary.pending == 0 and summary.retries == 0
+    assert_each_sample_once(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("fault", "signature"),
+    [
+        ("no_think_end", lambda r: 163607 not in r["output_ids"]),
+        ("strip_think", lambda r: 163607 not in r["output_ids"]),
+        ("echo", lambda r: len(r["output_ids"]) != r["completion_tokens"]),
+    ],
+)
+def test_wrong_outputs_are_kept_as_returned_for_validation(tmp_path, fault, signature):
+    with SimServerThread(SimConfig(faults={fault: 0.5}, fault_seed=1).with_profile("instant")) as sim:
+        summary = run_generation(options(tmp_path, [sim.url]))
+    assert summary.pending == 0 and summary.retries == 0
+    found = assert_each_sample_once(tmp_path)
+    affected = [r for r in found if signature(r)]
+    assert 0 < len(affected) < PROMPTS  # stored exactly as the server sent them; validation judges them
+
+
+def test_permanent_400s_are_recorded_once_and_not_retried(tmp_path):
+    config = SimConfig(context_length=40).with_profile("instant")  # longer prompts are refused with 400
+    with SimServerThread(config) as sim:
+        summary = run_generation(options(tmp_path, [sim.url]))
+        served = sim.stats()["requests"]["total"]
+        again = run_generation(options(tmp_path, [sim.url]))
+        assert sim.stats()["requests"]["total"] == served  # recorded failures are not resent
+    found = assert_each_sample_once(tmp_path)
+    failed = [r for r in found if r["error"]]
+    assert failed and all(r["attempts"] == 1 and r["finish_reason"] == "error" for r in failed)
+    assert all("http_400" in r["error"] and "context length" in r["error"] for r in failed)
+    assert summary.finish["error"] == len(failed) and summary.pending == 0
+    assert again.generated == 0 and again.resumed == PROMPTS
+
+
+def test_samples_out_of_retries_are_left_for_a_rerun(tmp_path):
+    with SimServerThread(SimConfig(faults={"error_503": 1.0}).with_profile("instant")) as sim:
+        retry = RetryPolicy(max_attempts=3, base_delay_s=0.01)
+        summary = run_generation(options(tmp_path, [sim.url], retry=retry, breaker=BreakerPolicy(give_up_after_s=0.5)))
+        assert summary.pending == PROMPTS and summary.files == []
+        sim.set_faults({})
+        rerun = run_generation(options(tmp_path, [sim.url]))
+    assert rerun.pending == 0 and rerun.generated == PROMPTS and rerun.resumed == 0
+    assert_each_sample_once(tmp_path)
+
+
+def test_two_replicas_share_the_work_and_survive_a_restart(tmp_path):
+    slow = SimConfig(decode_s_per_token=0.001, output_tokens_min=20, output_tokens_max=40, max_running_requests=4)
+    with SimServerThread(slow) as a, SimServerThread(slow) as b:
+        import threading
+
+        restart = threading.Timer(0.3, lambda: b.restart(0.5))
+        restart.start()
+        summary = run_generation(
+            options(tmp_path, [a.url, b.url], sampling=SamplingOverrides(max_new_tokens=1000, samples_per_prompt=4))
+        )
+        restart.join()
+        served = (a.stats()["generations"], b.stats()["generations"])
+        assert b.stats()["restarts"] == 1
+    assert summary.pending == 0
+    assert min(served) > 0.2 * sum(served)  # both replicas served requests
+    assert_each_sample_once(tmp_path, PROMPTS * 4)
+    assert len({s["url"] for s in summary.servers}) == 2

@@ -1,0 +1,155 @@
+"""`eagle-datagen run` end to end against the stand-in SGLang server on real loopback sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import DEMO_RECIPE, REPO, user_record, write_jsonl
+from eagle_datagen.standin.sglang.config import SimConfig
+from eagle_datagen.standin.sglang.runner import SimServerThread
+
+pytestmark = pytest.mark.slow
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "eagle_datagen.cli", "run", "--tokenizer", "standin:kimi-k2.5", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+        timeout=timeout,
+    )
+
+
+def generated_rows(root: Path, run_id: str) -> list[dict]:
+    rows = []
+    for part in sorted(root.glob(f"generated/run={run_id}/category=*/part-*.parquet")):
+        rows.extend(pq.read_table(part).to_pylist())
+    return rows
+
+
+def test_demo_recipe_end_to_end(tmp_path):
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        result = run_cli(
+            "--recipe",
+            str(DEMO_RECIPE),
+            "--sglang-url",
+            sim.url,
+            "--output",
+            str(tmp_path),
+            "--run-id",
+            "demo1",
+            "--shard-size",
+            "8",
+            "--samples-per-prompt",
+            "2",
+        )
+    assert result.returncode == 0, result.stderr
+    plan = json.loads((tmp_path / "plans" / "run=demo1" / "plan.json").read_text())
+    rows = generated_rows(tmp_path, "demo1")
+    assert len(rows) == sum(s["samples"] for s in plan["shards"]) == 2 * 119
+    assert len({r["sample_id"] for r in rows}) == len(rows)
+    assert {r["category"] for r in rows} == set(plan["categories"])
+    for row in rows:
+        assert row["prompt_ids"][-1] == 163606
+        assert row["output_ids"][-1] == 163586 and 163607 in row["output_ids"]
+        assert row["finish_reason"] == "stop" and row["completion_tokens"] == len(row["output_ids"])
+        assert row["run_id"] == "demo1" and row["model"] == "moonshotai/Kimi-K2.5"
+        assert json.loads(row["sampling"])["temperature"] == 1.0
+    seeds = {json.loads(r["sampling"])["sampling_seed"] for r in rows}
+    assert len(seeds) == len(rows)  # two samples of a prompt differ by seed
+    math_rows = [r for r in rows if r["category"] == "math"]
+    assert json.loads(math_rows[0]["sampling"])["max_new_tokens"] == 4096  # the recipe's override
+    assert "resumed" in result.stdout and "238 generated now" in result.stdout
+
+
+def test_rerun_of_a_finished_run_generates_nothing(tmp_path):
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"q{i}") for i in range(12)])
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        first = run_cli(
+            "--prompts", str(src), "--sglang-url", sim.url, "--output", str(tmp_path / "o"), "--run-id", "r"
+        )
+        served = sim.stats()["generations"]
+        second = run_cli(
+            "--prompts", str(src), "--sglang-url", sim.url, "--output", str(tmp_path / "o"), "--run-id", "r"
+        )
+        assert sim.stats()["generations"] - served == 1  # only the canary
+    assert first.returncode == second.returncode == 0, second.stderr
+    assert "12 resumed from checkpoints, 0 generated now" in second.stdout
+    assert len(generated_rows(tmp_path / "o", "r")) == 12
+
+
+def test_rerun_with_other_sampling_is_refused(tmp_path):
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record("q")])
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        assert (
+            run_cli(
+                "--prompts", str(src), "--sglang-url", sim.url, "--output", str(tmp_path), "--run-id", "r"
+            ).returncode
+            == 0
+        )
+        result = run_cli(
+            "--prompts",
+            str(src),
+            "--sglang-url",
+            sim.url,
+            "--output",
+            str(tmp_path),
+            "--run-id",
+            "r",
+            "--temperature",
+            "0.3",
+        )
+    assert result.returncode == 1
+    assert "already exists at this output with other settings" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "message"),
+    [
+        (
+            SimConfig(model_path="Qwen/Qwen3-8B"),
+            [],
+            "serves 'Qwen/Qwen3-8B', but this run is for 'moonshotai/Kimi-K2.5'",
+        ),
+        (SimConfig(faults={"strip_think": 1.0}), [], "strip think tokens (restart SGLang without --reasoning-parser)"),
+        (SimConfig(faults={"echo": 1.0}), [], "prompt-echo bug"),
+        (SimConfig(faults={"no_think_end": 1.0}), [], "canary without </think> (163607)"),
+        (SimConfig(), ["--top-k", "0"], "answered 400 to the canary"),
+    ],
+)
+def test_preflight_stops_a_misconfigured_server_before_any_prompt(tmp_path, config, args, message):
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record("q")])
+    with SimServerThread(config.with_profile("instant")) as sim:
+        result = run_cli("--prompts", str(src), "--sglang-url", sim.url, "--output", str(tmp_path), *args)
+        generations = sim.stats()["generations"]
+    assert result.returncode == 1, result.stderr
+    [line] = [x for x in result.stderr.splitlines() if "error:" in x]
+    assert message in line and "Traceback" not in result.stderr
+    assert generations <= 1  # the canary, nothing else
+    assert not (tmp_path / "plans").exists()
+
+
+def test_unreachable_server_is_one_line(tmp_path):
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record("q")])
+    result = run_cli(
+        "--prompts",
+        str(src),
+        "--sglang-url",
+        "http://127.0.0.1:9",
+        "--output",
+        str(tmp_path),
+        "--wait-ready",
+        "1",
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "SGLang at http://127.0.0.1:9 is not ready: cannot connect" in result.stderr

@@ -27,7 +27,7 @@ test: venv lint  ## ruff, then the whole suite, integration tests included (what
 test-fast: venv  ## skip the slow integration tests
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-demo: venv  ## run the pipeline on the demo recipe and print what it produced
+demo: venv  ## the main job on the embedded default: demo recipe, stand-in tokenizer and SGLang server
 	$(BIN)/python -m eagle_datagen.demo --output .demo
 
 lint: venv

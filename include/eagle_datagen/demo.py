@@ -1,25 +1,67 @@
-"""`make demo`: run the pipeline stages that exist on the shipped demo recipe and show what they produced.
+"""`make demo`: the main job on the embedded default, end to end on this machine.
 
-Everything is local and embedded: the stand-in Kimi-K2.5 tokenizer (built once into the cache) and the
-demo prompt set under include/data/demo_prompts. The output lands in --output (default .demo/).
+Everything is local and embedded: the stand-in Kimi-K2.5 tokenizer (built once into the cache), the demo
+prompt set (include/data/demo_prompts, 7 categories) and a stand-in SGLang server on 127.0.0.1 (fast
+profile: 64 slots, 2 ms per token). The run sources, tokenizes, checks the server (preflight with a
+canary), plans shards and generates every sample; the output lands in --output (default .demo/).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from eagle_datagen.cli import format_tokenize_summary
+from eagle_datagen.cli import format_run_summary
 from eagle_datagen.errors import DataGenError
-from eagle_datagen.tokenization.stage import TokenizeOptions, run_tokenize
+from eagle_datagen.generation.stage import RunOptions, run_generation
+from eagle_datagen.standin.sglang.config import SimConfig
+from eagle_datagen.standin.sglang.runner import SimServerThread
+from eagle_datagen.tokenization.stage import TokenizeOptions
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_RECIPE = REPO / "include" / "recipes" / "demo.yaml"
+RUN_ID = "demo"
+
+
+def _category_table(output: Path) -> str:
+    stats: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for part in sorted(output.glob(f"generated/run={RUN_ID}/category=*/part-*.parquet")):
+        for row in pq.read_table(part, columns=["category", "prompt_ids", "output_ids"]).to_pylist():
+            entry = stats[row["category"]]
+            entry[0] += 1
+            entry[1] += len(row["prompt_ids"])
+            entry[2] += len(row["output_ids"])
+    lines = [f"{'category':<14}{'samples':>9}{'prompt tokens':>15}{'output tokens':>15}"]
+    for category, (samples, prompt, out) in sorted(stats.items()):
+        lines.append(f"{category:<14}{samples:>9,}{prompt:>15,}{out:>15,}")
+    return "\n".join(lines)
+
+
+def _example(output: Path) -> str:
+    from eagle_datagen.profile import load_profile
+    from eagle_datagen.tokenization.loader import load_tokenizer
+
+    tokenizer = load_tokenizer("standin:kimi-k2.5", load_profile("kimi-k2.5")).tokenizer
+    part = next(output.glob(f"generated/run={RUN_ID}/category=tool_use/part-*.parquet"))
+    row = pq.read_table(part).slice(0, 1).to_pylist()[0]
+    out = row["output_ids"]
+    end = out.index(163607)
+    return "\n".join(
+        [
+            f"example sample {row['sample_id']} ({row['record_id']}, finish {row['finish_reason']}):",
+            f"  prompt: {len(row['prompt_ids'])} ids ending {row['prompt_ids'][-4:]}"
+            f" = {tokenizer.decode(row['prompt_ids'][-4:])!r}",
+            f"  output: {len(out)} ids; </think> at {end}; last ids {out[-3:]}",
+            f"  sampling: {json.loads(row['sampling'])}",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,29 +70,34 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     output = Path(args.output).resolve()
-    shutil.rmtree(output / "tokenize", ignore_errors=True)
+    shutil.rmtree(output, ignore_errors=True)
 
-    print(f"== eagle-datagen demo: recipe {DEMO_RECIPE.relative_to(REPO)}, stand-in Kimi-K2.5 tokenizer ==")
-    try:
-        summary = run_tokenize(
-            TokenizeOptions(output=str(output / "tokenize"), tokenizer="standin:kimi-k2.5", recipe=str(DEMO_RECIPE))
-        )
-    except DataGenError as exc:
-        print(f"demo failed: {exc}", file=sys.stderr)
-        return 1
-    print(format_tokenize_summary(summary.to_json()))
-
-    from eagle_datagen.profile import load_profile
-    from eagle_datagen.tokenization.loader import load_tokenizer
-
-    tokenizer = load_tokenizer("standin:kimi-k2.5", load_profile("kimi-k2.5")).tokenizer
-    part = output / "tokenize" / "tokenized" / "category=tool_use" / "part-00000.parquet"
-    row = pq.read_table(part).slice(0, 1).to_pylist()[0]
-    print(f"\nexample ({row['record_id']}): {len(row['prompt_ids'])} prompt ids, the last ten:")
-    print(f"  {row['prompt_ids'][-10:]}")
-    print(f"  = {tokenizer.decode(row['prompt_ids'][-10:])!r}")
-    print("\nnext: generation against SGLang and Parquet shards arrive with the run command (see README).")
-    return 0
+    print(f"== eagle-datagen demo: recipe {DEMO_RECIPE.relative_to(REPO)}, stand-in tokenizer and SGLang server ==")
+    with SimServerThread(SimConfig().with_profile("fast")) as sim:
+        print(f"stand-in SGLang server: {sim.url} (64 slots, 2 ms per output token)")
+        try:
+            summary = run_generation(
+                RunOptions(
+                    prompts=TokenizeOptions(
+                        output=str(output), tokenizer="standin:kimi-k2.5", recipe=str(DEMO_RECIPE)
+                    ),
+                    sglang_urls=[sim.url],
+                    run_id=RUN_ID,
+                    shard_size=16,
+                )
+            )
+        except DataGenError as exc:
+            print(f"demo failed: {exc}", file=sys.stderr)
+            return 1
+    print()
+    print(format_run_summary(summary.to_json()))
+    print()
+    print(_category_table(output))
+    print()
+    print(_example(output))
+    print(f"\noutput root: {output} (plans/, checkpoints/, generated/; rejects/ when records are rejected)")
+    print("next: validation, data/quarantine shards and manifests arrive with the storage issue.")
+    return 0 if summary.pending == 0 else 1
 
 
 if __name__ == "__main__":

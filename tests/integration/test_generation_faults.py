@@ -82,6 +82,15 @@ def test_slow_answers_are_waited_for(tmp_path):
     assert_each_sample_once(tmp_path)
 
 
+def test_requests_that_time_out_are_retried(tmp_path):
+    config = SimConfig(faults={"slow": 0.3}, slow_seconds=2.0, fault_seed=2).with_profile("instant")
+    with SimServerThread(config) as sim:
+        retry = RetryPolicy(max_attempts=10, base_delay_s=0.01, max_delay_s=0.05, request_timeout_s=0.5)
+        summary = run_generation(options(tmp_path, [sim.url], retry=retry))
+    assert summary.pending == 0 and summary.failures.get("timeout", 0) > 0
+    assert_each_sample_once(tmp_path)
+
+
 @pytest.mark.parametrize(
     ("fault", "signature"),
     [

@@ -17,6 +17,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 GLOB_CHARS = "*?["
+CREDENTIAL_ERRORS = {"403", "AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "InvalidToken"}
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,10 @@ def describe_error(exc: Exception) -> str:
     """One line for a boto error: the S3 error code when there is one, else the exception's text."""
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
-        return f"{error.get('Code', 'error')}: {error.get('Message', '')}".strip(": ")
+        text = f"{error.get('Code', 'error')}: {error.get('Message', '')}".strip(": ")
+        if error.get("Code") in CREDENTIAL_ERRORS:
+            text += " (check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+        return text
     if isinstance(exc, BotoCoreError):
         return str(exc).splitlines()[0]
     return f"{type(exc).__name__}: {exc}"

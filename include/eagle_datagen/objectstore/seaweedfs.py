@@ -72,6 +72,9 @@ class SeaweedFS:
         )
 
     def start(self) -> SeaweedFS:
+        bad = [b for b in self.buckets if not 3 <= len(b) <= 63 or b != b.lower()]
+        if bad:  # SeaweedFS skips such names silently, and the wait for them would time out
+            raise ValueError(f"bucket names must be 3-63 lowercase characters: {bad}")
         self.data_dir = Path(self.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         ports = {name: _free_port() for name in ("master", "volume", "filer", "s3", "admin")}

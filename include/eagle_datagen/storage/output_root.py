@@ -78,6 +78,9 @@ class S3OutputRoot:
     def location(self, key: str) -> str:
         return f"s3://{self._base.bucket}/{self._key(key)}"
 
+    def bucket_key(self, key: str) -> tuple[str, str]:
+        return self._base.bucket, self._key(key)
+
     def write_bytes(self, key: str, data: bytes) -> str:
         try:
             s3_client().put_object(Bucket=self._base.bucket, Key=self._key(key), Body=data, ChecksumAlgorithm="SHA256")

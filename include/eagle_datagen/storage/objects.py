@@ -1,0 +1,210 @@
+"""Write once, verify, never overwrite: how every output file of a run is committed.
+
+`put_once(root, key, data)` stores `data` at `key` unless an object is already committed there:
+- the same bytes already there (a rerun) is a no-op;
+- other bytes there is an `ObjectCollision`: a committed object is never overwritten.
+On S3 the upload carries SHA256 checksums that the server verifies (multipart above `PART_SIZE`, one
+checksum per part), `IfNoneMatch="*"` makes the commit conditional, and the stored object's size and
+checksum are read back before the call returns. Transient errors (throttling, 5xx, connection resets,
+a server restarting) are retried with backoff; on a local folder the file is linked into place, which
+fails instead of replacing an existing file.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import random
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from eagle_datagen.errors import DataGenError
+from eagle_datagen.objectstore.s3 import describe_error, s3_client
+from eagle_datagen.storage.output_root import LocalOutputRoot, OutputRoot, S3OutputRoot
+
+log = logging.getLogger(__name__)
+PART_SIZE = 16 * 1024 * 1024
+UPLOAD_ATTEMPTS = 6
+# Errors that another attempt can cure; everything else (403, NoSuchBucket, ...) stops the run.
+TRANSIENT_CODES = {
+    "BadDigest",
+    "XAmzContentChecksumMismatch",
+    "InvalidDigest",
+    "RequestTimeout",
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "InternalError",
+    "ServiceUnavailable",
+    "503",
+    "500",
+    "502",
+    "504",
+}
+
+
+class ObjectCollision(DataGenError):
+    """Another object is already committed at a key this run wants to write."""
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    key: str
+    sha256: str  # hex digest of the whole object
+    size: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"key": self.key, "sha256": self.sha256, "size": self.size}
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode()
+
+
+def expected_s3_checksum(data: bytes, part_size: int | None = None) -> str:
+    """What S3 reports as ChecksumSHA256: the object's digest, or for multipart the digest of the parts'
+    digests with the part count appended."""
+    part_size = part_size or PART_SIZE
+    if len(data) <= part_size:
+        return _b64(hashlib.sha256(data).digest())
+    parts = [hashlib.sha256(data[i : i + part_size]).digest() for i in range(0, len(data), part_size)]
+    return f"{_b64(hashlib.sha256(b''.join(parts)).digest())}-{len(parts)}"
+
+
+def _is_transient(exc: Exception) -> bool:
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return error.get("Code") in TRANSIENT_CODES or status >= 500
+    return isinstance(exc, BotoCoreError | ConnectionError)
+
+
+def _is_precondition_failed(exc: Exception) -> bool:
+    if not isinstance(exc, ClientError):
+        return False
+    code = exc.response.get("Error", {}).get("Code")
+    return code in ("PreconditionFailed", "ConditionalRequestConflict", "412")
+
+
+def _existing_s3(bucket: str, key: str) -> tuple[int, str | None] | None:
+    try:
+        head = s3_client().head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    except ClientError as exc:
+        if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+            return None
+        raise
+    return head["ContentLength"], head.get("ChecksumSHA256")
+
+
+def _upload_s3(bucket: str, key: str, data: bytes) -> None:
+    client = s3_client()
+    if len(data) <= PART_SIZE:
+        client.put_object(
+            Bucket=bucket, Key=key, Body=data, ChecksumSHA256=_b64(hashlib.sha256(data).digest()), IfNoneMatch="*"
+        )
+        return
+    upload = client.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="SHA256")
+    try:
+        parts = []
+        for number, start in enumerate(range(0, len(data), PART_SIZE), start=1):
+            chunk = data[start : start + PART_SIZE]
+            checksum = _b64(hashlib.sha256(chunk).digest())
+            answer = client.upload_part(
+                Bucket=bucket,
+                Key=key,
+                UploadId=upload["UploadId"],
+                PartNumber=number,
+                Body=chunk,
+                ChecksumAlgorithm="SHA256",
+                ChecksumSHA256=checksum,
+            )
+            parts.append({"PartNumber": number, "ETag": answer["ETag"], "ChecksumSHA256": checksum})
+        client.complete_multipart_upload(
+            Bucket=bucket, Key=key, UploadId=upload["UploadId"], MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+        )
+    except BaseException:
+        try:
+            client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload["UploadId"])
+        except (BotoCoreError, ClientError):
+            pass  # the bucket's lifecycle rules clean up what could not be aborted
+        raise
+
+
+def _same_object(size: int, checksum: str | None, data: bytes, location: str) -> bool:
+    if size != len(data):
+        return False
+    if checksum is not None:
+        return checksum in (expected_s3_checksum(data), expected_s3_checksum(data, len(data)))
+    raise DataGenError(f"cannot verify {location}: the store reports no SHA256 checksum")
+
+
+def _put_s3(root: S3OutputRoot, key: str, data: bytes) -> None:
+    location = root.location(key)
+    bucket, full_key = root.bucket_key(key)
+    for attempt in range(1, UPLOAD_ATTEMPTS + 1):
+        try:
+            existing = _existing_s3(bucket, full_key)
+            if existing is not None:
+                if _same_object(*existing, data, location):
+                    return  # committed by an earlier attempt or run: nothing to do
+                raise ObjectCollision(
+                    f"{location} already holds other content: a committed object is never overwritten "
+                    "(use a new --run-id, or remove the stale object if you are sure it is garbage)"
+                )
+            _upload_s3(bucket, full_key, data)
+            stored = _existing_s3(bucket, full_key)
+            if stored is None or not _same_object(*stored, data, location):
+                raise DataGenError(f"verification of {location} failed after upload: size or checksum differ")
+            return
+        except DataGenError:  # a collision or a failed verification: retrying cannot help
+            raise
+        except Exception as exc:
+            if _is_precondition_failed(exc):
+                continue  # someone committed meanwhile: the next attempt compares contents
+            if not _is_transient(exc) or attempt == UPLOAD_ATTEMPTS:
+                raise DataGenError(f"cannot store {location}: {describe_error(exc)}") from None
+            delay = random.uniform(0, min(30.0, 0.5 * 2**attempt))
+            log.warning("storing %s failed (%s); retry %d in %.1fs", location, describe_error(exc), attempt, delay)
+            time.sleep(delay)
+    raise DataGenError(f"cannot store {location}: it kept changing under concurrent writers")
+
+
+def _put_local(root: LocalOutputRoot, key: str, data: bytes) -> None:
+    target = Path(root.location(key))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, target)  # atomic, and unlike rename it refuses to replace an existing file
+        except FileExistsError:
+            if target.read_bytes() != data:
+                raise ObjectCollision(
+                    f"{target} already holds other content: a committed file is never overwritten "
+                    "(use a new --run-id, or remove the stale file if you are sure it is garbage)"
+                ) from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def put_once(root: OutputRoot, key: str, data: bytes) -> StoredObject:
+    if isinstance(root, S3OutputRoot):
+        _put_s3(root, key, data)
+    elif isinstance(root, LocalOutputRoot):
+        _put_local(root, key, data)
+    else:  # pragma: no cover - only the two roots exist
+        raise TypeError(f"unsupported output root {root!r}")
+    return StoredObject(key, sha256_hex(data), len(data))

@@ -1,0 +1,113 @@
+"""Committed objects: written once, verified, never overwritten; locally and on a real S3 server."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from eagle_datagen.errors import DataGenError
+from eagle_datagen.storage import objects
+from eagle_datagen.storage.objects import ObjectCollision, expected_s3_checksum, put_once
+from eagle_datagen.storage.output_root import LocalOutputRoot, S3OutputRoot
+
+
+def test_local_put_once_is_idempotent_and_refuses_other_content(tmp_path):
+    root = LocalOutputRoot(str(tmp_path))
+    stored = put_once(root, "data/a.parquet", b"hello")
+    assert stored.sha256 == hashlib.sha256(b"hello").hexdigest() and stored.size == 5
+    assert put_once(root, "data/a.parquet", b"hello") == stored  # a rerun: no-op
+    with pytest.raises(ObjectCollision, match="never overwritten"):
+        put_once(root, "data/a.parquet", b"other")
+    assert (tmp_path / "data" / "a.parquet").read_bytes() == b"hello"
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["a.parquet"]  # no temporary files left
+
+
+def test_multipart_checksum_is_the_checksum_of_part_checksums():
+    data = b"a" * 10 + b"b" * 5
+    single = expected_s3_checksum(data, 100)
+    multi = expected_s3_checksum(data, 10)
+    assert not single.endswith("-1") and multi.endswith("-2") and single != multi.split("-")[0]
+
+
+@pytest.fixture
+def s3_root(s3_env, request):
+    return S3OutputRoot(f"s3://eagle/objects-{request.node.name}")
+
+
+@pytest.mark.slow
+def test_s3_put_once_verifies_is_idempotent_and_refuses_other_content(s3_root):
+    stored = put_once(s3_root, "x/file.bin", b"payload")
+    assert s3_root.read_bytes("x/file.bin") == b"payload"
+    assert put_once(s3_root, "x/file.bin", b"payload") == stored
+    with pytest.raises(ObjectCollision, match="already holds other content"):
+        put_once(s3_root, "x/file.bin", b"different")
+    assert s3_root.read_bytes("x/file.bin") == b"payload"
+
+
+@pytest.mark.slow
+def test_s3_multipart_upload_with_part_checksums(s3_root, monkeypatch):
+    monkeypatch.setattr(objects, "PART_SIZE", 5 * 1024 * 1024)  # S3's smallest part
+    data = bytes(range(256)) * (11 * 1024 * 1024 // 256)
+    put_once(s3_root, "big.bin", data)
+    bucket, key = s3_root.bucket_key("big.bin")
+    head = s3_root_client(s3_root).head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == expected_s3_checksum(data, 5 * 1024 * 1024) and head["ContentLength"] == len(data)
+    assert put_once(s3_root, "big.bin", data).size == len(data)  # a rerun recognises the multipart object
+
+
+def s3_root_client(root):
+    from eagle_datagen.objectstore.s3 import s3_client
+
+    return s3_client()
+
+
+@pytest.mark.slow
+def test_seaweedfs_rejects_a_wrong_checksum_and_put_once_retries_it(s3_root, monkeypatch):
+    bucket, key = s3_root.bucket_key("corrupt.bin")
+    client = s3_root_client(s3_root)
+    wrong = objects._b64(hashlib.sha256(b"not the data").digest())
+    with pytest.raises(Exception) as info:
+        client.put_object(Bucket=bucket, Key=key, Body=b"the data", ChecksumSHA256=wrong)
+    assert info.value.response["Error"]["Code"] in objects.TRANSIENT_CODES  # BadDigest: the store checked
+
+    real_b64, calls = objects._b64, []
+
+    def corrupt_first(digest: bytes) -> str:  # bytes damaged in transit on the first attempt
+        calls.append(digest)
+        return wrong if len(calls) == 1 else real_b64(digest)
+
+    monkeypatch.setattr(objects, "_b64", corrupt_first)
+    monkeypatch.setattr(objects.time, "sleep", lambda s: None)
+    put_once(s3_root, "corrupt.bin", b"the data")
+    assert s3_root.read_bytes("corrupt.bin") == b"the data"
+
+
+@pytest.mark.slow
+def test_conditional_write_collision_between_two_writers(s3_root, monkeypatch):
+    """Writer B checks, finds nothing, but A commits first: B's conditional write fails, and B then sees
+    A's object: the same bytes are fine, other bytes are a collision."""
+    put_once(s3_root, "race.bin", b"from A")
+    real_existing, seen = objects._existing_s3, []
+
+    def stale_first_check(bucket, key):
+        seen.append(key)
+        return None if len(seen) == 1 else real_existing(bucket, key)
+
+    monkeypatch.setattr(objects, "_existing_s3", stale_first_check)
+    with pytest.raises(ObjectCollision):
+        put_once(s3_root, "race.bin", b"from B")
+    seen.clear()
+    put_once(s3_root, "race.bin", b"from A")
+    assert s3_root.read_bytes("race.bin") == b"from A"
+
+
+@pytest.mark.slow
+def test_permanent_errors_stop_with_one_line(s3_root, monkeypatch):
+    from eagle_datagen.objectstore.s3 import s3_client
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    s3_client.cache_clear()
+    with pytest.raises(DataGenError, match=r"cannot store s3://eagle/.*/f: .*check AWS_ACCESS_KEY_ID") as info:
+        put_once(s3_root, "f", b"1")
+    assert "\n" not in str(info.value)

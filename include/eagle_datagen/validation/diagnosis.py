@@ -1,0 +1,203 @@
+"""Run-level checks: turn the reject-reason counts of a run into diagnoses that name the cause and the fix.
+
+A few bad samples are normal (a model sometimes rambles past max_new_tokens); a high rate of one reason
+is the signature of a misconfiguration (a reasoning parser stripping think tokens, the wrong tokenizer,
+an SGLang version with the echo bug). `diagnose` compares each reason's rate with its threshold;
+`check_run` raises `ValidationFailed` with every violated threshold in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+
+from eagle_datagen.errors import ConfigError, DataGenError
+from eagle_datagen.profile import ModelProfile
+from eagle_datagen.validation.rules import REASONS
+
+
+class ValidationFailed(DataGenError):
+    """Too many samples of a run failed validation for one reason: the setup, not the model, is wrong."""
+
+    def __init__(self, diagnoses: list[str]) -> None:
+        super().__init__("; ".join(diagnoses))
+        self.diagnoses = list(diagnoses)
+
+
+@dataclass(frozen=True)
+class DiagnosisThresholds:
+    """The highest acceptable share of a run's samples (0..1) per reason code; 0.0: any one is fatal."""
+
+    request_error: float = 0.2
+    finish_abort: float = 0.2
+    finish_length: float = 0.5
+    prompt_suffix: float = 0.0
+    prompt_tokens_mismatch: float = 0.01
+    completion_tokens_mismatch: float = 0.01
+    prompt_echo: float = 0.01
+    id_out_of_range: float = 0.0
+    no_eos: float = 0.05
+    think_start_in_output: float = 0.2
+    missing_think_start: float = 0.5
+    multiple_think_start: float = 0.2
+    missing_think_end: float = 0.5
+    multiple_think_end: float = 0.2
+    think_end_before_start: float = 0.2
+    empty_answer: float = 0.2
+    runaway_thinking: float = 0.5
+    repetition_loop: float = 0.2
+    # Below this many samples rates say little: only the zero-tolerance reasons (threshold 0.0) are judged.
+    min_samples: int = 20
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "min_samples":
+                if value < 0:
+                    raise ConfigError("min_samples must be >= 0")
+            elif not 0.0 <= value <= 1.0:
+                raise ConfigError(f"threshold {f.name} must be a rate between 0 and 1, not {value}")
+
+    def rate(self, reason: str) -> float | None:
+        """The threshold of a reason code, or None for a code without one."""
+        return getattr(self, reason) if reason in REASONS else None
+
+
+def _tok(profile: ModelProfile | None, name: str, fallback: str) -> str:
+    if profile is None:
+        return fallback
+    token = profile.tokens[name]
+    return f"{token.text} ({token.id})"
+
+
+def _sampling(profile: ModelProfile | None) -> str:
+    if profile is None or not profile.sampling:
+        return "check sampling (temperature/top_p): use the model's recommended values"
+    recommended = ", ".join(f"{k} {v}" for k, v in profile.sampling.items())
+    return f"check sampling (temperature/top_p): {profile.model} recommends {recommended}"
+
+
+# reason -> (what the samples show, the likely cause and the fix); `p` is None without a profile.
+_MESSAGES: dict[str, Callable[[ModelProfile | None], tuple[str, str]]] = {
+    "request_error": lambda p: (
+        "of requests failed permanently (request_error)",
+        "SGLang rejected them (HTTP 400: prompts longer than the context, or bad sampling values): read the "
+        "error column of the quarantined rows and fix --max-prompt-tokens or the sampling flags",
+    ),
+    "finish_abort": lambda p: (
+        "of requests were aborted by the server (finish_reason abort)",
+        "it is overloaded or restarting: check its logs, lower --concurrency, and rerun with the same --run-id",
+    ),
+    "finish_length": lambda p: (
+        "of samples hit max_new_tokens (finish_reason length)",
+        "raise --max-new-tokens (reasoning traces are long)",
+    ),
+    "prompt_suffix": lambda p: (
+        f"of prompts do not end in {p.describe_suffix() if p else 'the profile prompt suffix'}",
+        f"the tokenizer's template does not end prompts in {_tok(p, 'think_start', '<think>')} as the profile "
+        "expects: wrong --tokenizer or --profile",
+    ),
+    "prompt_tokens_mismatch": lambda p: (
+        "of samples report prompt_tokens different from the number of prompt ids sent",
+        "the server (or a proxy in front of it) did not process the input_ids as sent: send them to SGLang's "
+        "native /generate, through the SGLang router at most",
+    ),
+    "completion_tokens_mismatch": lambda p: (
+        "of samples have a number of output_ids different from completion_tokens",
+        "the server returns ids it did not generate (the prompt-echo bug of SGLang 0.5.0-0.5.4): upgrade SGLang",
+    ),
+    "prompt_echo": lambda p: (
+        "of samples have output_ids that start with the prompt's tail",
+        "SGLang 0.5.0-0.5.4 has this bug: upgrade SGLang",
+    ),
+    "id_out_of_range": lambda p: (
+        f"of samples carry ids beyond the vocabulary{f' of {p.model} ({p.vocab_size})' if p else ''}",
+        "the server serves another model: check its /get_model_info against --model and --profile",
+    ),
+    "no_eos": lambda p: (
+        f"of samples stopped without the EOS {_tok(p, 'eos', '')}".rstrip(),
+        "the server stops on other tokens (stop strings or stop_token_ids) or serves another model: send no "
+        "stop settings and check --profile against the served model",
+    ),
+    "think_start_in_output": lambda p: (
+        f"of samples contain {_tok(p, 'think_start', '<think>')} in the output",
+        "the model generated <think> although the prompt ends in it: is the chat template the model's own? "
+        "Check --tokenizer and --profile",
+    ),
+    "missing_think_start": lambda p: (
+        f"of samples have no {_tok(p, 'think_start', '<think>')}",
+        "the model did not think, or the server strips think tokens: enable thinking in the chat template and "
+        "restart SGLang without --reasoning-parser",
+    ),
+    "multiple_think_start": lambda p: (
+        f"of samples contain {_tok(p, 'think_start', '<think>')} more than once",
+        f"the model re-opens its reasoning: {_sampling(p)}; is the chat template the model's own?",
+    ),
+    "missing_think_end": lambda p: (
+        f"of samples have no {_tok(p, 'think_end', '</think>')}",
+        "the server seems to strip think tokens: is --reasoning-parser set? Restart SGLang without it",
+    ),
+    "multiple_think_end": lambda p: (
+        f"of samples contain {_tok(p, 'think_end', '</think>')} more than once",
+        f"the model closes its reasoning twice: {_sampling(p)}; is the chat template the model's own?",
+    ),
+    "think_end_before_start": lambda p: (
+        f"of samples have {_tok(p, 'think_end', '</think>')} before {_tok(p, 'think_start', '<think>')}",
+        "the outputs do not have the profile's format: check --profile against the served model",
+    ),
+    "empty_answer": lambda p: (
+        f"of samples end right after {_tok(p, 'think_end', '</think>')} with no answer",
+        f"the model stops after reasoning: {_sampling(p)}; is the chat template the model's own?",
+    ),
+    "runaway_thinking": lambda p: (
+        "of samples reason for more than max_reasoning_tokens",
+        f"raise the limit if such traces are wanted, else {_sampling(p)}",
+    ),
+    "repetition_loop": lambda p: (
+        "of samples end in a repetition loop",
+        f"the model degenerates: {_sampling(p)}",
+    ),
+}
+
+
+def _percent(count: int, total: int) -> str:
+    return f"{100.0 * count / total:.3g}%"
+
+
+def diagnose(
+    reason_counts: Mapping[str, int],
+    total: int,
+    thresholds: DiagnosisThresholds = DiagnosisThresholds(),
+    profile: ModelProfile | None = None,
+) -> list[str]:
+    """One line per violated threshold (in REASONS order): how many samples, the likely cause, the fix.
+
+    `total` is the number of samples of the run (valid ones included); counts of unknown codes are ignored.
+    """
+    lines = []
+    for reason in REASONS:
+        count = int(reason_counts.get(reason, 0))
+        limit = thresholds.rate(reason)
+        if count <= 0 or limit is None:
+            continue
+        total_seen = max(total, count)
+        if total_seen < thresholds.min_samples and limit > 0.0:
+            continue
+        if count / total_seen <= limit:
+            continue
+        what, fix = _MESSAGES[reason](profile)
+        allowed = "none allowed" if limit == 0.0 else f"at most {100.0 * limit:.3g}% allowed"
+        lines.append(f"{_percent(count, total_seen)} ({count}/{total_seen}) {what}, {allowed}: {fix}")
+    return lines
+
+
+def check_run(
+    reason_counts: Mapping[str, int],
+    total: int,
+    thresholds: DiagnosisThresholds = DiagnosisThresholds(),
+    profile: ModelProfile | None = None,
+) -> None:
+    """Raise ValidationFailed (one line, diagnoses joined by '; ') when any threshold is violated."""
+    lines = diagnose(reason_counts, total, thresholds, profile)
+    if lines:
+        raise ValidationFailed(lines)

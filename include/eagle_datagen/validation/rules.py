@@ -1,0 +1,261 @@
+"""Token-level validation of one generated sample: pure functions, run on every sample of a run.
+
+`validate_sample` returns None for a sample that may become training data, or `(reason, detail)` for the
+first check it fails (the order of `REASONS`). A failed sample is quarantined with its reason, never
+dropped. Ids are handled as numpy arrays: a row's lists are converted once (a numpy array, for example a
+zero-copy slice of an Arrow column, is used as it is), and every check is a slice or a vectorised compare.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.profile import ModelProfile
+
+# Reason codes, in the order `validate_sample` checks them: code -> one-line description.
+REASONS: dict[str, str] = {
+    "request_error": "the request failed permanently (the server rejected it); there is no output",
+    "finish_abort": "the server aborted the request (finish_reason abort)",
+    "finish_length": "the output hit max_new_tokens before the model finished (finish_reason length)",
+    "prompt_suffix": "prompt_ids do not end with the profile's prompt suffix (tokenizer and profile disagree)",
+    "prompt_tokens_mismatch": "the server's prompt_tokens differs from the number of prompt ids sent",
+    "completion_tokens_mismatch": "the number of output ids differs from the server's completion_tokens",
+    "prompt_echo": "output_ids start with the prompt's last ids (the SGLang 0.5.0-0.5.4 echo bug)",
+    "id_out_of_range": "an id is negative, not an integer, or not below the profile's vocab_size",
+    "no_eos": "the output does not end in the profile's EOS, or finish_reason is not stop",
+    "think_start_in_output": "the output contains think_start although the prompt already ends in it",
+    "missing_think_start": "the output has no think_start (the model writes it itself)",
+    "multiple_think_start": "the output contains think_start more than once",
+    "missing_think_end": "the output has no think_end",
+    "multiple_think_end": "the output contains think_end more than once",
+    "think_end_before_start": "think_end comes before think_start in the output",
+    "empty_answer": "no token between think_end and the final EOS",
+    "runaway_thinking": "the reasoning (tokens before think_end) is longer than max_reasoning_tokens",
+    "repetition_loop": "the output ends in one n-gram repeated back to back (a degenerate loop)",
+}
+
+# Added/special tokens are written as tags: <think>, <|im_end|>, <｜Assistant｜>, [BOS].
+_TAG = re.compile(r"<[^<>\s]+>|\[[A-Z_]+\]")
+
+
+@dataclass(frozen=True)
+class ValidationLimits:
+    # Reasoning longer than this many tokens is flagged as runaway thinking; None: no limit.
+    max_reasoning_tokens: int | None = None
+    # A degenerate loop: the tokens just before the EOS are one n-gram (n <= loop_ngram_max) repeated at
+    # least loop_min_repeats times back to back. Only the last loop_window tokens are looked at.
+    loop_ngram_max: int = 32
+    loop_min_repeats: int = 8
+    loop_window: int = 1024
+    # The echo bug copies up to this many prompt ids in front of the output; 0 turns the check off.
+    echo_tail: int = 5
+
+    def __post_init__(self) -> None:
+        if self.max_reasoning_tokens is not None and self.max_reasoning_tokens < 0:
+            raise ConfigError("max_reasoning_tokens must be >= 0 (or unset for no limit)")
+        if self.loop_ngram_max < 1 or self.loop_min_repeats < 2:
+            raise ConfigError("loop_ngram_max must be >= 1 and loop_min_repeats >= 2")
+        if self.loop_window < self.loop_ngram_max * self.loop_min_repeats:
+            raise ConfigError(
+                f"loop_window ({self.loop_window}) must hold loop_min_repeats ({self.loop_min_repeats}) repeats "
+                f"of the longest n-gram ({self.loop_ngram_max}): raise it to at least "
+                f"{self.loop_ngram_max * self.loop_min_repeats}"
+            )
+        if self.echo_tail < 0:
+            raise ConfigError("echo_tail must be >= 0")
+
+
+DEFAULT_LIMITS = ValidationLimits()
+
+
+def _as_ids(ids: Any) -> np.ndarray:
+    """A 1-D integer array of the ids; ValueError when they are not integers."""
+    if isinstance(ids, np.ndarray):
+        array = ids
+    else:
+        try:
+            array = np.asarray(ids if ids is not None else (), dtype=np.int64)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"ids that are not integers in the int64 range ({exc})") from None
+    if array.ndim != 1 or (array.dtype.kind not in "iu" and array.size):
+        raise ValueError(f"ids must be a flat list of integers, not a {array.ndim}-d {array.dtype} array")
+    return array
+
+
+def reasoning_length(output_ids: Sequence[int] | np.ndarray, profile: ModelProfile) -> int | None:
+    """The number of output tokens before the first think_end (its index), or None without think_end."""
+    hits = np.flatnonzero(_as_ids(output_ids) == profile.think_end.id)
+    return int(hits[0]) if hits.size else None
+
+
+def answer_length(output_ids: Sequence[int] | np.ndarray, profile: ModelProfile) -> int | None:
+    """The number of tokens after the first think_end, not counting a final EOS; None without think_end."""
+    ids = _as_ids(output_ids)
+    start = reasoning_length(ids, profile)
+    if start is None:
+        return None
+    end = len(ids) - 1 if ids[-1] == profile.eos.id else len(ids)
+    return max(end - start - 1, 0)
+
+
+def find_repetition_loop(
+    tail: Sequence[int] | np.ndarray, ngram_max: int = 32, min_repeats: int = 8
+) -> tuple[int, int] | None:
+    """(n, repeats) when `tail` ends in an n-gram (n <= ngram_max) repeated >= min_repeats times back to back.
+
+    The end of `tail` is such a loop when its last n * min_repeats tokens have period n. A period-n loop
+    makes the last token recur n tokens earlier, so one vectorised compare of the last token against the
+    ngram_max before it gives the few candidate lengths; each candidate is then checked with one compare
+    of n * (min_repeats - 1) ids. The smallest n wins; repeats counts the whole periodic run in `tail`
+    (a last repeat cut short by the EOS counts as a repeat only when complete).
+    """
+    ids = _as_ids(tail)
+    length = len(ids)
+    n_max = min(ngram_max, length // min_repeats)
+    if n_max < 1:
+        return None
+    before = ids[length - 1 - n_max : length - 1]  # before[i] is the token n_max - i positions back
+    for n in np.flatnonzero(before == ids[-1])[::-1]:
+        n = int(n_max - n)
+        span = ids[length - n * min_repeats :]
+        if (span[n:] == span[:-n]).all():
+            breaks = np.flatnonzero(ids[n:] != ids[:-n])
+            periodic = length - int(breaks[-1]) - 1 if breaks.size else length
+            return n, periodic // n
+    return None
+
+
+def _finish_type(value: Any) -> Any:
+    # The Parquet column holds the type ("stop"); a raw SGLang finish_reason is {"type": "stop", ...}.
+    return value.get("type") if isinstance(value, Mapping) else value
+
+
+def _echo_length(prompt: np.ndarray, output: np.ndarray, profile: ModelProfile, max_k: int) -> int:
+    """The largest k <= max_k with output[:k] == prompt[-k:] that counts as an echo, or 0.
+
+    One id in common is counted only when the prompt's last id is an added token (a tag such as <think>)
+    that a valid output never starts with; an ordinary id (Qwen's trailing newline) can start a valid
+    output by chance. Two or more ids (the prompt's template tail, in order) are always an echo.
+    """
+    max_k = min(max_k, len(prompt), len(output))
+    if max_k < 1:
+        return 0
+    head = output[:max_k].tolist()
+    tail = prompt[-max_k:].tolist()
+    for k in range(max_k, 1, -1):
+        if head[:k] == tail[-k:]:
+            return k
+    if head[0] == tail[-1]:
+        last = profile.prompt_suffix[-1]
+        is_tag = last.id == tail[-1] and _TAG.fullmatch(last.text) is not None
+        starts_output = profile.thinking == "generated" and last.id == profile.think_start.id
+        if is_tag and not starts_output:
+            return 1
+    return 0
+
+
+def validate_sample(
+    row: Mapping[str, Any], profile: ModelProfile, limits: ValidationLimits = DEFAULT_LIMITS
+) -> tuple[str, str] | None:
+    """None for a valid sample; else (reason code, one-line detail) of the first failing check (see REASONS).
+
+    `row` has the generated-row columns: prompt_ids, output_ids, finish_reason (the type, or SGLang's
+    finish_reason mapping), completion_tokens, prompt_tokens, error. A missing or None prompt_tokens /
+    completion_tokens is not checked.
+    """
+    error = row.get("error")
+    if error:
+        return "request_error", str(error)
+    finish = _finish_type(row.get("finish_reason"))
+    if finish == "abort":
+        return "finish_abort", "the server aborted the request"
+    if finish == "length":
+        return "finish_length", f"the output stopped at max_new_tokens after {_count(row.get('output_ids'))} tokens"
+    try:
+        prompt = _as_ids(row.get("prompt_ids"))
+        output = _as_ids(row.get("output_ids"))
+    except ValueError as exc:
+        return "id_out_of_range", str(exc)
+
+    suffix = profile.prompt_suffix_ids
+    if len(prompt) < len(suffix) or tuple(prompt[len(prompt) - len(suffix) :].tolist()) != suffix:
+        return (
+            "prompt_suffix",
+            f"prompt_ids end in {prompt[-len(suffix) :].tolist()}, not {profile.describe_suffix()}",
+        )
+    prompt_tokens = row.get("prompt_tokens")
+    if prompt_tokens is not None and prompt_tokens != len(prompt):
+        return "prompt_tokens_mismatch", f"prompt_tokens is {prompt_tokens} but {len(prompt)} prompt ids were sent"
+    completion_tokens = row.get("completion_tokens")
+    if completion_tokens is not None and completion_tokens != len(output):
+        return (
+            "completion_tokens_mismatch",
+            f"{len(output)} output ids for completion_tokens {completion_tokens}",
+        )
+    echo = _echo_length(prompt, output, profile, limits.echo_tail)
+    if echo:
+        return "prompt_echo", f"output_ids start with the prompt's last {echo} id(s) {output[:echo].tolist()}"
+    for name, ids in (("prompt_ids", prompt), ("output_ids", output)):
+        if ids.size and (ids.min() < 0 or ids.max() >= profile.vocab_size):
+            bad = ids[(ids < 0) | (ids >= profile.vocab_size)]
+            return (
+                "id_out_of_range",
+                f"{name} hold {bad.size} id(s) outside [0, {profile.vocab_size}), e.g. {int(bad[0])}",
+            )
+
+    eos = profile.eos
+    if not output.size or output[-1] != eos.id:
+        last = int(output[-1]) if output.size else "nothing (empty output)"
+        return "no_eos", f"the output ends in {last}, not the EOS {eos.text} ({eos.id}); finish_reason {finish!r}"
+    if finish != "stop":
+        return "no_eos", f"finish_reason is {finish!r}, not 'stop'"
+
+    start, end = profile.think_start, profile.think_end
+    ends = np.flatnonzero(output == end.id)
+    if profile.thinking == "prefilled":
+        starts = np.count_nonzero(output == start.id)
+        if starts:
+            return "think_start_in_output", f"{start.text} ({start.id}) appears {starts} time(s) in the output"
+    else:
+        starts = np.flatnonzero(output == start.id)
+        if not starts.size:
+            return "missing_think_start", f"no {start.text} ({start.id}) in the output"
+        if starts.size > 1:
+            return "multiple_think_start", f"{start.text} ({start.id}) appears {starts.size} times in the output"
+    if not ends.size:
+        return "missing_think_end", f"no {end.text} ({end.id}) in the output"
+    if ends.size > 1:
+        return "multiple_think_end", f"{end.text} ({end.id}) appears {ends.size} times in the output"
+    if profile.thinking == "generated" and ends[0] < starts[0]:
+        return (
+            "think_end_before_start",
+            f"{end.text} at {int(ends[0])} comes before {start.text} at {int(starts[0])}",
+        )
+    reasoning = int(ends[0])
+    if reasoning == len(output) - 2:
+        return "empty_answer", f"the EOS directly follows {end.text}: no answer after {reasoning} reasoning tokens"
+    if limits.max_reasoning_tokens is not None and reasoning > limits.max_reasoning_tokens:
+        return (
+            "runaway_thinking",
+            f"{reasoning} reasoning tokens, more than max_reasoning_tokens {limits.max_reasoning_tokens}",
+        )
+    loop = find_repetition_loop(output[:-1][-limits.loop_window :], limits.loop_ngram_max, limits.loop_min_repeats)
+    if loop:
+        n, repeats = loop
+        gram = output[len(output) - 1 - n : len(output) - 1].tolist()
+        shown = str(gram) if n <= 8 else f"{str(gram[:8])[:-1]}, ...]"
+        return "repetition_loop", f"the output ends in a {n}-gram {shown} repeated {repeats} times before the EOS"
+    return None
+
+
+def _count(ids: Any) -> int | str:
+    try:
+        return len(ids)
+    except TypeError:
+        return "?"

@@ -12,9 +12,11 @@ from eagle_datagen.demo import main
 def test_demo_runs_end_to_end_and_prints_a_summary(tmp_path, capsys):
     assert main(["--output", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "run demo: 119 samples" in out and "0 pending" in out and "tool_use" in out
-    assert "<|im_assistant|>assistant<|im_middle|><think>" in out
-    parts = sorted(tmp_path.glob("generated/run=demo/category=*/part-*.parquet"))
-    rows = [r for p in parts for r in pq.read_table(p).to_pylist()]
-    assert len(rows) == 119 and len({r["category"] for r in rows}) == 7
-    assert all(r["output_ids"][-1] == 163586 for r in rows)
+    assert "run demo: 238 samples" in out and "0 pending" in out and "tool_use" in out
+    assert "<|im_assistant|>assistant<|im_middle|><think>" in out and "manifest manifests/run=demo.json" in out
+    data = [r for p in tmp_path.glob("data/category=*/run=demo/*.parquet") for r in pq.read_table(p).to_pylist()]
+    bad = [r for p in tmp_path.glob("quarantine/category=*/run=demo/*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert len(data) + len(bad) == 238 and len({r["category"] for r in data}) == 7
+    assert all(r["output_ids"][-1] == 163586 and 163607 in r["output_ids"] for r in data)
+    assert bad and {r["reject_reason"] for r in bad} == {"missing_think_end"}
+    assert (tmp_path / "manifests" / "run=demo.report.html").read_text().count("<img") >= 3

@@ -302,6 +302,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-id", metavar="ID", help="name of the run (default: a new UTC timestamp id); reuse it to resume a run"
     )
     output.add_argument(
+        "--incremental",
+        action="store_true",
+        help="generate only samples that no run under ROOT has yet (same prompt, sample index, model and "
+        "sampling): the nightly refresh",
+    )
+    output.add_argument(
+        "--per-weight-version",
+        action="store_true",
+        help="with --incremental: samples made with other weights do not count, so new weights regenerate",
+    )
+    output.add_argument(
         "--shard-size", type=_positive_int, default=1000, metavar="N", help="prompts per shard (default: 1000)"
     )
     output.add_argument(
@@ -324,7 +335,34 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes for tokenization (default: one per 2000 prompts)",
     )
+    publish = run.add_argument_group("validation and publishing")
+    publish.add_argument(
+        "--draft-vocab-size",
+        type=_positive_int,
+        default=32000,
+        metavar="K",
+        help="tokens in the EAGLE-3 draft vocabulary (d2t/t2d) built from the run's trained tokens (default: 32000)",
+    )
+    publish.add_argument(
+        "--max-reasoning-tokens",
+        type=_positive_int,
+        metavar="N",
+        help="quarantine samples whose reasoning (before </think>) is longer than N tokens (default: no limit)",
+    )
     run.set_defaults(handler=_run)
+
+    export = commands.add_parser(
+        "export",
+        help="write a published run as JSONL with input_ids and loss_mask, for trainers that take that format",
+        description="Read the data files a run's manifest lists (checksums checked) and write one JSON line per "
+        "valid sample: sample_id, category, input_ids (prompt_ids + output_ids) and loss_mask (0 over the "
+        "prompt, 1 over the output).",
+    )
+    export.add_argument("--output", required=True, metavar="ROOT", help="the run's output root (folder or s3://)")
+    export.add_argument("--run-id", required=True, metavar="ID", help="the published run to export")
+    export.add_argument("--to", required=True, metavar="FILE", help="JSONL file to write, or - for stdout")
+    export.add_argument("--categories", type=_categories, metavar="a,b", help="only these categories (default: all)")
+    export.set_defaults(handler=_export)
 
     from eagle_datagen.standin.sglang.cli import add_serve_sim_arguments
 
@@ -380,9 +418,11 @@ def _tokenize(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from eagle_datagen.generation.checkpoint import CheckpointPolicy
+    from eagle_datagen.generation.publish import PublishOptions
     from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
     from eagle_datagen.inference.endpoints import BreakerPolicy
     from eagle_datagen.inference.retry import RetryPolicy
+    from eagle_datagen.validation.rules import ValidationLimits
 
     summary = run_generation(
         RunOptions(
@@ -404,7 +444,13 @@ def _run(args: argparse.Namespace) -> int:
             breaker=BreakerPolicy(give_up_after_s=args.give_up_after),
             checkpoint=CheckpointPolicy(max_samples=args.checkpoint_every, max_age_s=args.checkpoint_interval),
             canary=not args.no_canary,
+            incremental=args.incremental,
+            per_weight_version=args.per_weight_version,
             preflight_wait_s=args.wait_ready,
+            publish=PublishOptions(
+                limits=ValidationLimits(max_reasoning_tokens=args.max_reasoning_tokens),
+                draft_vocab_size=args.draft_vocab_size,
+            ),
         )
     )
     print(format_run_summary(summary.to_json()))
@@ -420,8 +466,20 @@ def format_run_summary(summary: dict) -> str:
         f"finish reasons: {finish}",
         f"retries: {summary['retries']:,}; failed attempts: "
         + (", ".join(f"{k} {v:,}" for k, v in sorted(summary["failures"].items())) or "none"),
-        f"output: {summary['output']} ({len(summary['files'])} finished shard file(s)) in {summary['elapsed_s']:.1f}s",
     ]
+    published = summary["published"]
+    if published:
+        reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(published["reasons"].items())) or "none"
+        lines.append(
+            f"published: {published['data']:,} valid samples, {published['quarantine']:,} quarantined ({reasons}); "
+            + ("already published before" if published["already_published"] else f"manifest {published['manifest']}")
+        )
+        if published["report"]:
+            lines.append(
+                f"report: {summary['output'].rstrip('/')}/{published['report']}; draft vocabulary "
+                f"{published['draft_vocab_size']:,} tokens covering {published['draft_vocab_coverage']:.1%}"
+            )
+    lines.append(f"output: {summary['output']} in {summary['elapsed_s']:.1f}s")
     if summary["pending"]:
         lines.append(
             f"{summary['pending']:,} samples ran out of retries: rerun with --run-id {summary['run_id']} to finish them"
@@ -445,6 +503,15 @@ def format_tokenize_summary(summary: dict) -> str:
         lines.append(f"rejects: {summary['output'].rstrip('/')}/{summary['rejects_file']}")
     lines.append(f"chat template sha256: {summary['tokenizer']['chat_template_sha256']}")
     return "\n".join(lines)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from eagle_datagen.export import export_jsonl
+    from eagle_datagen.storage.output_root import open_output_root
+
+    count = export_jsonl(open_output_root(args.output), args.run_id, args.to, args.categories)
+    print(f"exported {count:,} samples of run {args.run_id} to {args.to}", file=sys.stderr)
+    return 0
 
 
 def _serve_sim(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
 from collections import defaultdict
@@ -20,7 +21,8 @@ import pyarrow.parquet as pq
 
 from eagle_datagen.cli import format_run_summary
 from eagle_datagen.errors import DataGenError
-from eagle_datagen.generation.stage import RunOptions, run_generation
+from eagle_datagen.generation.publish import PublishOptions
+from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.tokenization.stage import TokenizeOptions
@@ -28,19 +30,22 @@ from eagle_datagen.tokenization.stage import TokenizeOptions
 REPO = Path(__file__).resolve().parents[2]
 DEMO_RECIPE = REPO / "include" / "recipes" / "demo.yaml"
 RUN_ID = "demo"
+DEMO_DRAFT_VOCAB = 2048  # the demo generates ~12k tokens; a real run uses the default 32000
 
 
 def _category_table(output: Path) -> str:
-    stats: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for part in sorted(output.glob(f"generated/run={RUN_ID}/category=*/part-*.parquet")):
-        for row in pq.read_table(part, columns=["category", "prompt_ids", "output_ids"]).to_pylist():
-            entry = stats[row["category"]]
-            entry[0] += 1
-            entry[1] += len(row["prompt_ids"])
-            entry[2] += len(row["output_ids"])
-    lines = [f"{'category':<14}{'samples':>9}{'prompt tokens':>15}{'output tokens':>15}"]
-    for category, (samples, prompt, out) in sorted(stats.items()):
-        lines.append(f"{category:<14}{samples:>9,}{prompt:>15,}{out:>15,}")
+    stats: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for kind, column in (("data", 0), ("quarantine", 1)):
+        for part in sorted(output.glob(f"{kind}/category=*/run={RUN_ID}/part-*.parquet")):
+            for row in pq.read_table(part, columns=["category", "prompt_ids", "output_ids"]).to_pylist():
+                entry = stats[row["category"]]
+                entry[column] += 1
+                if kind == "data":
+                    entry[2] += len(row["prompt_ids"])
+                    entry[3] += len(row["output_ids"])
+    lines = [f"{'category':<14}{'valid':>7}{'quarantined':>13}{'prompt tokens':>15}{'output tokens':>15}"]
+    for category, (valid, bad, prompt, out) in sorted(stats.items()):
+        lines.append(f"{category:<14}{valid:>7,}{bad:>13,}{prompt:>15,}{out:>15,}")
     return "\n".join(lines)
 
 
@@ -49,7 +54,7 @@ def _example(output: Path) -> str:
     from eagle_datagen.tokenization.loader import load_tokenizer
 
     tokenizer = load_tokenizer("standin:kimi-k2.5", load_profile("kimi-k2.5")).tokenizer
-    part = next(output.glob(f"generated/run={RUN_ID}/category=tool_use/part-*.parquet"))
+    part = next(output.glob(f"data/category=tool_use/run={RUN_ID}/part-*.parquet"))
     row = pq.read_table(part).slice(0, 1).to_pylist()[0]
     out = row["output_ids"]
     end = out.index(163607)
@@ -68,22 +73,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make demo", description=__doc__)
     parser.add_argument("--output", default=".demo", help="output folder, emptied first (default: .demo)")
     args = parser.parse_args(argv)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     output = Path(args.output).resolve()
     shutil.rmtree(output, ignore_errors=True)
 
     print(f"== eagle-datagen demo: recipe {DEMO_RECIPE.relative_to(REPO)}, stand-in tokenizer and SGLang server ==")
-    with SimServerThread(SimConfig().with_profile("fast")) as sim:
-        print(f"stand-in SGLang server: {sim.url} (64 slots, 2 ms per output token)")
+    # A few faults, as a real deployment has: retried (503, dropped connections) or quarantined (no </think>).
+    config = SimConfig(faults={"error_503": 0.03, "drop": 0.01, "no_think_end": 0.03}, fault_seed=7)
+    with SimServerThread(config.with_profile("fast")) as sim:
+        print(f"stand-in SGLang server: {sim.url} (64 slots, 2 ms per output token, a few injected faults)")
         try:
             summary = run_generation(
                 RunOptions(
-                    prompts=TokenizeOptions(
-                        output=str(output), tokenizer="standin:kimi-k2.5", recipe=str(DEMO_RECIPE)
-                    ),
+                    prompts=TokenizeOptions(output=str(output), tokenizer="standin:kimi-k2.5", recipe=str(DEMO_RECIPE)),
                     sglang_urls=[sim.url],
                     run_id=RUN_ID,
                     shard_size=16,
+                    sampling=SamplingOverrides(samples_per_prompt=2),
+                    publish=PublishOptions(draft_vocab_size=DEMO_DRAFT_VOCAB),
                 )
             )
         except DataGenError as exc:
@@ -95,8 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     print(_category_table(output))
     print()
     print(_example(output))
-    print(f"\noutput root: {output} (plans/, checkpoints/, generated/; rejects/ when records are rejected)")
-    print("next: validation, data/quarantine shards and manifests arrive with the storage issue.")
+    print(f"\noutput root: {output}")
+    print("  data/, quarantine/         Parquet shards (contract v1), by category and run")
+    print(f"  manifests/run={RUN_ID}.json   the manifest, written last; .report.html, .statistics.json,")
+    print("                             .draft_vocab.safetensors and .summary.json beside it")
+    print(f"open the report: file://{output}/manifests/run={RUN_ID}.report.html")
     return 0 if summary.pending == 0 else 1
 
 

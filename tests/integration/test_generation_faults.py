@@ -5,6 +5,7 @@ Nothing is lost and nothing is stored twice: every planned sample appears exactl
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,12 +13,14 @@ import pytest
 
 from conftest import user_record, write_jsonl
 from eagle_datagen.generation.checkpoint import CheckpointPolicy
+from eagle_datagen.generation.publish import PublishOptions
 from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
 from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.tokenization.stage import TokenizeOptions
+from eagle_datagen.validation.diagnosis import DiagnosisThresholds, ValidationFailed
 
 pytestmark = pytest.mark.slow
 PROMPTS = 30
@@ -33,6 +36,7 @@ def options(tmp_path: Path, urls: list[str], run_id: str = "r", **changes) -> Ru
         shard_size=10,
         retry=RetryPolicy(max_attempts=10, base_delay_s=0.01, max_delay_s=0.05),
         checkpoint=CheckpointPolicy(max_samples=8, max_age_s=0.2),
+        publish=PublishOptions(draft_vocab_size=100),
         canary=False,
         preflight_wait_s=2,
     )
@@ -40,9 +44,11 @@ def options(tmp_path: Path, urls: list[str], run_id: str = "r", **changes) -> Ru
 
 
 def rows(tmp_path: Path, run_id: str = "r") -> list[dict]:
+    """Every stored sample, data and quarantine, each with the kind of file it is in."""
     found = []
-    for part in sorted((tmp_path / "out").glob(f"generated/run={run_id}/category=*/part-*.parquet")):
-        found.extend(pq.read_table(part).to_pylist())
+    for kind in ("data", "quarantine"):
+        for part in sorted((tmp_path / "out").glob(f"{kind}/category=*/run={run_id}/part-*.parquet")):
+            found.extend(r | {"kind": kind} for r in pq.read_table(part).to_pylist())
     return found
 
 
@@ -69,8 +75,7 @@ def test_transient_faults_are_retried_until_every_sample_is_done(tmp_path, fault
     assert summary.pending == 0 and summary.finish == {"stop": PROMPTS}
     assert summary.failures.get(kind, 0) > 0 and summary.retries >= summary.failures[kind]
     found = assert_each_sample_once(tmp_path)
-    assert all(r["output_ids"][-1] == 163586 and r["error"] is None for r in found)
-    assert max(r["attempts"] for r in found) > 1
+    assert all(r["output_ids"][-1] == 163586 and r["kind"] == "data" for r in found)
 
 
 def test_slow_answers_are_waited_for(tmp_path):
@@ -92,42 +97,60 @@ def test_requests_that_time_out_are_retried(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("fault", "signature"),
-    [
-        ("no_think_end", lambda r: 163607 not in r["output_ids"]),
-        ("strip_think", lambda r: 163607 not in r["output_ids"]),
-        ("echo", lambda r: len(r["output_ids"]) != r["completion_tokens"]),
-    ],
+    ("fault", "reason"),
+    [("no_think_end", "missing_think_end"), ("strip_think", "missing_think_end")],
 )
-def test_wrong_outputs_are_kept_as_returned_for_validation(tmp_path, fault, signature):
-    with SimServerThread(SimConfig(faults={fault: 0.5}, fault_seed=1).with_profile("instant")) as sim:
+def test_wrong_outputs_are_quarantined_with_their_reason(tmp_path, fault, reason):
+    with SimServerThread(SimConfig(faults={fault: 0.3}, fault_seed=1).with_profile("instant")) as sim:
         summary = run_generation(options(tmp_path, [sim.url]))
     assert summary.pending == 0 and summary.retries == 0
     found = assert_each_sample_once(tmp_path)
-    affected = [r for r in found if signature(r)]
-    assert 0 < len(affected) < PROMPTS  # stored exactly as the server sent them; validation judges them
+    quarantined = [r for r in found if r["kind"] == "quarantine"]
+    assert 0 < len(quarantined) < PROMPTS
+    assert {r["reject_reason"] for r in quarantined} == {reason}
+    assert all(163607 not in r["output_ids"] for r in quarantined)  # stored exactly as the server sent them
+    assert all(163607 in r["output_ids"] for r in found if r["kind"] == "data")
+    assert summary.published["quarantine"] == len(quarantined)
+
+
+@pytest.mark.parametrize(
+    ("fault", "rate", "diagnosis"),
+    [
+        ("strip_think", 0.9, "is --reasoning-parser set?"),
+        ("echo", 0.3, "upgrade SGLang"),
+    ],
+)
+def test_a_broken_server_fails_the_run_with_a_diagnosis_and_no_manifest(tmp_path, fault, rate, diagnosis):
+    with SimServerThread(SimConfig(faults={fault: rate}, fault_seed=1).with_profile("instant")) as sim:
+        with pytest.raises(ValidationFailed, match=re.escape(diagnosis)) as info:
+            run_generation(options(tmp_path, [sim.url]))
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "out" / "manifests").exists()  # no manifest: readers see no dataset
 
 
 def test_permanent_400s_are_recorded_once_and_not_retried(tmp_path):
-    config = SimConfig(context_length=40).with_profile("instant")  # longer prompts are refused with 400
+    # prompt + max_new_tokens (1000) must fit: the longer prompts are refused with a 400
+    config = SimConfig(context_length=1030).with_profile("instant")
+    tolerant = PublishOptions(thresholds=DiagnosisThresholds(request_error=1.0), draft_vocab_size=10)
     with SimServerThread(config) as sim:
-        summary = run_generation(options(tmp_path, [sim.url]))
+        summary = run_generation(options(tmp_path, [sim.url], publish=tolerant))
         served = sim.stats()["requests"]["total"]
-        again = run_generation(options(tmp_path, [sim.url]))
+        again = run_generation(options(tmp_path, [sim.url], publish=tolerant))
         assert sim.stats()["requests"]["total"] == served  # recorded failures are not resent
     found = assert_each_sample_once(tmp_path)
-    failed = [r for r in found if r["error"]]
-    assert failed and all(r["attempts"] == 1 and r["finish_reason"] == "error" for r in failed)
+    failed = [r for r in found if r["kind"] == "quarantine"]
+    assert served == PROMPTS  # one request per sample: the 400s were not retried
+    assert failed and all(r["finish_reason"] == "error" and r["reject_reason"] == "request_error" for r in failed)
     assert all("http_400" in r["error"] and "context length" in r["error"] for r in failed)
     assert summary.finish["error"] == len(failed) and summary.pending == 0
-    assert again.generated == 0 and again.resumed == PROMPTS
+    assert again.generated == 0 and again.resumed == PROMPTS and again.published["already_published"]
 
 
 def test_samples_out_of_retries_are_left_for_a_rerun(tmp_path):
     with SimServerThread(SimConfig(faults={"error_503": 1.0}).with_profile("instant")) as sim:
         retry = RetryPolicy(max_attempts=3, base_delay_s=0.01)
         summary = run_generation(options(tmp_path, [sim.url], retry=retry, breaker=BreakerPolicy(give_up_after_s=0.5)))
-        assert summary.pending == PROMPTS and summary.files == []
+        assert summary.pending == PROMPTS and summary.published is None
         sim.set_faults({})
         rerun = run_generation(options(tmp_path, [sim.url]))
     assert rerun.pending == 0 and rerun.generated == PROMPTS and rerun.resumed == 0

@@ -49,6 +49,8 @@ def test_sigkill_mid_shard_then_resume(tmp_path):
         str(WINDOW),
         "--checkpoint-every",
         "1",
+        "--draft-vocab-size",
+        "256",
     ]
     total = PROMPTS * SAMPLES_PER_PROMPT
     config = SimConfig(
@@ -73,9 +75,7 @@ def test_sigkill_mid_shard_then_resume(tmp_path):
 
     assert second.returncode == 0, second.stderr
     assert f"{done_before:,} resumed from checkpoints" in second.stdout
-    rows = [
-        r for p in sorted(out.glob("generated/run=k/category=*/part-*.parquet")) for r in pq.read_table(p).to_pylist()
-    ]
+    rows = [r for p in sorted(out.glob("data/category=*/run=k/part-*.parquet")) for r in pq.read_table(p).to_pylist()]
     assert len(rows) == total and len({r["sample_id"] for r in rows}) == total
     assert all(r["finish_reason"] == "stop" and r["output_ids"][-1] == 163586 for r in rows)
     canaries = 2

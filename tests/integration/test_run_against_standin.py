@@ -20,7 +20,17 @@ pytestmark = pytest.mark.slow
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "eagle_datagen.cli", "run", "--tokenizer", "standin:kimi-k2.5", *args],
+        [
+            sys.executable,
+            "-m",
+            "eagle_datagen.cli",
+            "run",
+            "--tokenizer",
+            "standin:kimi-k2.5",
+            "--draft-vocab-size",
+            "16",
+            *args,
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -30,9 +40,11 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def generated_rows(root: Path, run_id: str) -> list[dict]:
+    """Data and quarantine rows of a run (the demo's stand-in injects no faults: all are data)."""
     rows = []
-    for part in sorted(root.glob(f"generated/run={run_id}/category=*/part-*.parquet")):
-        rows.extend(pq.read_table(part).to_pylist())
+    for kind in ("data", "quarantine"):
+        for part in sorted(root.glob(f"{kind}/category=*/run={run_id}/part-*.parquet")):
+            rows.extend(pq.read_table(part).to_pylist())
     return rows
 
 

@@ -27,6 +27,7 @@ PLAN_SCHEMA = pa.schema(
         ("prompt_id", pa.string()),
         ("category", pa.string()),
         ("prompt_ids", pa.list_(pa.int32())),
+        ("sample_indices", pa.list_(pa.int32())),  # which samples of the prompt this run generates
     ]
 )
 
@@ -92,31 +93,33 @@ def shard_key(run_id: str, index: int) -> str:
     return f"plans/run={run_id}/shard-{index:05d}.parquet"
 
 
-def split_into_shards(
-    prompts: list[TokenizedPrompt], shard_size: int, settings: dict[str, CategorySettings]
-) -> list[tuple[ShardInfo, list[TokenizedPrompt]]]:
-    by_category: dict[str, list[TokenizedPrompt]] = {}
-    for prompt in prompts:
-        by_category.setdefault(prompt.record.category, []).append(prompt)
+PlannedPrompt = tuple[TokenizedPrompt, list[int]]  # a prompt and the sample indices to generate for it
+
+
+def split_into_shards(prompts: list[PlannedPrompt], shard_size: int) -> list[tuple[ShardInfo, list[PlannedPrompt]]]:
+    by_category: dict[str, list[PlannedPrompt]] = {}
+    for prompt, indices in prompts:
+        by_category.setdefault(prompt.record.category, []).append((prompt, indices))
     shards = []
     for category in sorted(by_category):
         rows = by_category[category]
-        per_prompt = settings[category].samples_per_prompt
         for start in range(0, len(rows), shard_size):
             chunk = rows[start : start + shard_size]
-            shards.append((ShardInfo(len(shards), category, len(chunk), len(chunk) * per_prompt), chunk))
+            samples = sum(len(indices) for _, indices in chunk)
+            shards.append((ShardInfo(len(shards), category, len(chunk), samples), chunk))
     return shards
 
 
-def write_plan(root: OutputRoot, plan: RunPlan, shard_prompts: list[list[TokenizedPrompt]]) -> None:
+def write_plan(root: OutputRoot, plan: RunPlan, shard_prompts: list[list[PlannedPrompt]]) -> None:
     """Shard files first, plan.json last: a plan.json on storage means the whole plan is there."""
     for info, prompts in zip(plan.shards, shard_prompts, strict=True):
         table = pa.table(
             {
-                "record_id": [p.record.record_id for p in prompts],
-                "prompt_id": [p.record.prompt_id for p in prompts],
-                "category": [p.record.category for p in prompts],
-                "prompt_ids": [p.prompt_ids for p in prompts],
+                "record_id": [p.record.record_id for p, _ in prompts],
+                "prompt_id": [p.record.prompt_id for p, _ in prompts],
+                "category": [p.record.category for p, _ in prompts],
+                "prompt_ids": [p.prompt_ids for p, _ in prompts],
+                "sample_indices": [indices for _, indices in prompts],
             },
             schema=PLAN_SCHEMA,
         )
@@ -147,7 +150,7 @@ def shard_requests(root: OutputRoot, plan: RunPlan, index: int) -> list[SampleRe
     settings = plan.categories[info.category]
     requests = []
     for row in table.to_pylist():
-        for k in range(settings.samples_per_prompt):
+        for k in row["sample_indices"]:
             requests.append(
                 SampleRequest.create(
                     prompt_id=row["prompt_id"],

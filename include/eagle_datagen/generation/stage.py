@@ -3,15 +3,13 @@
 Order matters: configuration and servers are checked first (tokenizer, profile, preflight with a
 canary), so a misconfiguration costs no GPU time; the plan is written before generation, so a rerun
 with the same run id continues the same shards; finished samples are checkpointed as they arrive.
-Until the storage issue lands, a finished shard is written unvalidated to
-`generated/run=<id>/category=<c>/part-<shard>.parquet`.
+When every sample is done, the run is published (validation, data and quarantine shards, statistics,
+draft vocabulary, report, manifest last: see publish.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 import logging
 import math
 import re
@@ -22,13 +20,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints
 from eagle_datagen.generation.plan import (
     CategorySettings,
+    PlannedPrompt,
     RunPlan,
     check_plan_matches,
     load_plan,
@@ -36,19 +32,21 @@ from eagle_datagen.generation.plan import (
     split_into_shards,
     write_plan,
 )
+from eagle_datagen.generation.publish import PublishOptions, publish_run
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
 from eagle_datagen.inference.preflight import ServerInfo, preflight
 from eagle_datagen.inference.retry import RetryPolicy
-from eagle_datagen.inference.samples import SampleRequest
+from eagle_datagen.inference.samples import SampleRequest, make_sample_id
 from eagle_datagen.inference.scheduler import generation_details, run_samples
 from eagle_datagen.progress import Progress
 from eagle_datagen.sources.recipe import Defaults, Recipe
+from eagle_datagen.storage.catalog import existing_sample_ids
 from eagle_datagen.storage.output_root import OutputRoot, open_output_root
 from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, collect_and_tokenize, setup_tokenize
 
 log = logging.getLogger(__name__)
-RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # no dots: manifest artifacts use them
 # 1 to 1.25 requests in flight per server slot keeps every slot busy; more only adds queue wait.
 WINDOW_PER_SLOT = 1.25
 DEFAULT_WINDOW = 64
@@ -77,7 +75,10 @@ class RunOptions:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
+    publish: PublishOptions = field(default_factory=PublishOptions)
     canary: bool = True
+    incremental: bool = False  # generate only samples that no manifest under the output root lists yet
+    per_weight_version: bool = False  # with incremental: samples of other weight versions do not count
     canary_max_new_tokens: int = 4096
     preflight_wait_s: float = 30.0
 
@@ -94,7 +95,7 @@ class RunSummary:
     finish: dict[str, int]
     failures: dict[str, int]
     retries: int
-    files: list[str]
+    published: dict[str, Any] | None  # the publish summary, once every sample is done
     servers: list[dict[str, Any]]
     elapsed_s: float
 
@@ -108,7 +109,9 @@ def new_run_id() -> str:
 
 def check_run_id(run_id: str) -> str:
     if not RUN_ID_PATTERN.fullmatch(run_id):
-        raise ConfigError(f"run id {run_id!r} must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,127}} (no slashes or spaces)")
+        raise ConfigError(
+            f"run id {run_id!r} must match [A-Za-z0-9][A-Za-z0-9_-]{{0,127}} (letters, digits, '_' and '-')"
+        )
     return run_id
 
 
@@ -146,73 +149,6 @@ def _canary_body(setup: TokenizeSetup, sampling: dict[str, Any], max_new_tokens:
     )
     params = sampling | {"max_new_tokens": max_new_tokens, "sampling_seed": 1}
     return {"input_ids": ids, "sampling_params": params, "rid": f"eagle-datagen-canary-{secrets.token_hex(4)}"}
-
-
-def _result_table(plan: RunPlan, requests: list[SampleRequest], rows: dict[str, dict[str, Any]]) -> pa.Table:
-    records = []
-    for request in requests:
-        row = rows[request.sample_id]
-        meta = row["meta_info"] or {}
-        finish = row["finish_reason"] or {}
-        records.append(
-            {
-                "sample_id": request.sample_id,
-                "record_id": request.record_id,
-                "prompt_id": request.prompt_id,
-                "category": request.category,
-                "sample_index": request.sample_index,
-                "prompt_ids": request.prompt_ids,
-                "output_ids": row["output_ids"],
-                "finish_reason": "error" if row["error"] else finish.get("type", "abort"),
-                "finish_detail": json.dumps(finish),
-                "completion_tokens": int(meta.get("completion_tokens", len(row["output_ids"]))),
-                "prompt_tokens": int(meta.get("prompt_tokens", len(request.prompt_ids))),
-                "sampling": json.dumps(request.sampling, sort_keys=True),
-                "model": plan.model,
-                "run_id": plan.run_id,
-                "weight_version": meta.get("weight_version"),
-                "endpoint": row["endpoint"],
-                "attempts": row["attempts"],
-                "error": row["error"],
-            }
-        )
-    schema = pa.schema(
-        [
-            ("sample_id", pa.string()),
-            ("record_id", pa.string()),
-            ("prompt_id", pa.string()),
-            ("category", pa.string()),
-            ("sample_index", pa.int32()),
-            ("prompt_ids", pa.list_(pa.int32())),
-            ("output_ids", pa.list_(pa.int32())),
-            ("finish_reason", pa.string()),
-            ("finish_detail", pa.string()),
-            ("completion_tokens", pa.int32()),
-            ("prompt_tokens", pa.int32()),
-            ("sampling", pa.string()),
-            ("model", pa.string()),
-            ("run_id", pa.string()),
-            ("weight_version", pa.string()),
-            ("endpoint", pa.string()),
-            ("attempts", pa.int32()),
-            ("error", pa.string()),
-        ]
-    )
-    return pa.Table.from_pylist(records, schema=schema)
-
-
-def write_shard_results(root: OutputRoot, plan: RunPlan, index: int) -> str | None:
-    """The shard's results from its checkpoints, once every sample is done; None while some are pending."""
-    requests = shard_requests(root, plan, index)
-    done = load_checkpoints(root, plan.run_id, index)
-    if any(r.sample_id not in done for r in requests):
-        return None
-    info = plan.shards[index]
-    key = f"generated/run={plan.run_id}/category={info.category}/part-{index:05d}.parquet"
-    buffer = io.BytesIO()
-    pq.write_table(_result_table(plan, requests, done), buffer, compression="zstd")
-    root.write_bytes(key, buffer.getvalue())
-    return key
 
 
 async def generate_pending(
@@ -254,16 +190,45 @@ async def generate_pending(
     return resumed, len(pending), client
 
 
-def _finish_counts(results_root: OutputRoot, plan: RunPlan) -> Counter[str]:
+def _finish_counts(root: OutputRoot, plan: RunPlan) -> Counter[str]:
     counts: Counter[str] = Counter()
     for info in plan.shards:
-        for row in load_checkpoints(results_root, plan.run_id, info.index).values():
+        for row in load_checkpoints(root, plan.run_id, info.index).values():
             counts["error" if row["error"] else (row["finish_reason"] or {}).get("type", "abort")] += 1
     return counts
 
 
+class NothingToDo(DataGenError):
+    """An incremental run found every sample already generated: a success with nothing to publish."""
+
+
+def skip_existing(
+    root: OutputRoot,
+    planned: list[PlannedPrompt],
+    settings: dict[str, CategorySettings],
+    model: str,
+    weight_version: str | None,
+) -> list[PlannedPrompt]:
+    """Keep only the samples the catalog does not have yet (the nightly refresh)."""
+    existing = existing_sample_ids(root, model, weight_version)
+    kept = []
+    for prompt, indices in planned:
+        sampling = settings[prompt.record.category].sampling
+        new = [k for k in indices if make_sample_id(prompt.record.prompt_id, k, model, sampling) not in existing]
+        if new:
+            kept.append((prompt, new))
+    skipped = sum(len(i) for _, i in planned) - sum(len(i) for _, i in kept)
+    log.info("incremental: %d samples already exist, %d are new", skipped, sum(len(i) for _, i in kept))
+    return kept
+
+
 def prepare_plan(
-    setup: TokenizeSetup, root: OutputRoot, run_id: str, options: RunOptions, provenance: dict[str, Any]
+    setup: TokenizeSetup,
+    root: OutputRoot,
+    run_id: str,
+    options: RunOptions,
+    provenance: dict[str, Any],
+    weight_version: str | None = None,
 ) -> RunPlan:
     """Load the run's plan, or source, tokenize and write it. A rerun never re-sources."""
     existing = load_plan(root, run_id)
@@ -275,10 +240,16 @@ def prepare_plan(
         raise DataGenError("no prompts left to generate after validation: check the sources and --categories")
     categories = sorted({p.record.category for p in tokenized.prompts})
     settings = category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
-    shards = split_into_shards(tokenized.prompts, options.shard_size, settings)
+    model = options.model or setup.profile.model
+    planned = [(p, list(range(settings[p.record.category].samples_per_prompt))) for p in tokenized.prompts]
+    if options.incremental:
+        planned = skip_existing(root, planned, settings, model, weight_version if options.per_weight_version else None)
+        if not planned:
+            raise NothingToDo(f"run {run_id}: every sample already exists in the catalog under this output root")
+    shards = split_into_shards(planned, options.shard_size)
     plan = RunPlan(
         run_id=run_id,
-        model=options.model or setup.profile.model,
+        model=model,
         profile=setup.profile.name,
         categories=settings,
         shards=[info for info, _ in shards],
@@ -315,7 +286,25 @@ def run_generation(options: RunOptions) -> RunSummary:
         )
     )
     provenance = setup.loaded.provenance() | {"servers": [s.provenance() for s in servers]}
-    plan = prepare_plan(setup, root, run_id, options, provenance)
+    try:
+        plan = prepare_plan(setup, root, run_id, options, provenance, servers[0].weight_version)
+    except NothingToDo as done:
+        log.info("%s", done)
+        return RunSummary(
+            run_id,
+            root.uri,
+            0,
+            0,
+            0,
+            0,
+            0,
+            {},
+            {},
+            0,
+            None,
+            [s.provenance() for s in servers],
+            round(time.monotonic() - started, 2),
+        )
     if existing is not None:
         wanted = RunPlan(
             run_id,
@@ -329,9 +318,9 @@ def run_generation(options: RunOptions) -> RunSummary:
     resumed, generated, client = asyncio.run(
         generate_pending(root, plan, [s.index for s in plan.shards], servers, options)
     )
-    files = [key for info in plan.shards if (key := write_shard_results(root, plan, info.index))]
     finish = _finish_counts(root, plan)
     done = sum(finish.values())
+    published = publish_run(root, plan, setup.profile, options.publish) if done == plan.total_samples else None
     return RunSummary(
         run_id=run_id,
         output=root.uri,
@@ -343,7 +332,7 @@ def run_generation(options: RunOptions) -> RunSummary:
         finish=dict(finish),
         failures=dict(client.stats.failures),
         retries=client.stats.retries,
-        files=files,
+        published=published.__dict__ if published else None,
         servers=[s.provenance() for s in servers],
         elapsed_s=round(time.monotonic() - started, 2),
     )

@@ -1,0 +1,270 @@
+"""Publish a run: validate every sample, write data and quarantine shards, statistics, the draft
+vocabulary and the report, and commit the manifest last.
+
+Two steps, so that Airflow can map the first over shards on any worker:
+- `publish_shard` validates one finished shard and commits `data/...` and `quarantine/...` with
+  `put_once` (deterministic bytes: a rerun after a crash finds them already there and goes on);
+- `finalize_run` reads what the shards committed, applies the run-level diagnosis (a run whose samples
+  mostly lack `</think>` fails here, with the likely cause, and gets no manifest), derives statistics,
+  draft vocabulary and report, and writes `manifests/run=<id>.json` last.
+Publishing a run that already has a manifest is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from eagle_datagen.errors import DataGenError
+from eagle_datagen.generation.checkpoint import load_checkpoints
+from eagle_datagen.generation.plan import RunPlan, shard_requests
+from eagle_datagen.profile import ModelProfile
+from eagle_datagen.stats.draft_vocab import build_draft_vocab
+from eagle_datagen.stats.report import render_report, report_summary
+from eagle_datagen.stats.statistics import TokenCounter, compute_statistics
+from eagle_datagen.storage.manifest import (
+    Manifest,
+    ManifestFile,
+    manifest_key,
+    read_manifest,
+    run_artifact_key,
+    write_manifest,
+)
+from eagle_datagen.storage.objects import StoredObject, put_once, sha256_hex
+from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.storage.parquet import QUARANTINE_SCHEMA, SAMPLE_SCHEMA, decode_shard, encode_shard, samples_table
+from eagle_datagen.validation.diagnosis import DiagnosisThresholds, check_run
+from eagle_datagen.validation.rules import ValidationLimits, reasoning_length, validate_sample
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    limits: ValidationLimits = field(default_factory=ValidationLimits)
+    thresholds: DiagnosisThresholds = field(default_factory=DiagnosisThresholds)
+    draft_vocab_size: int = 32000
+
+
+@dataclass
+class PublishSummary:
+    manifest: str
+    already_published: bool
+    data: int
+    quarantine: int
+    reasons: dict[str, int]
+    files: int
+    draft_vocab_size: int | None = None
+    draft_vocab_coverage: float | None = None
+    report: str | None = None
+
+
+def data_key(run_id: str, category: str, shard: int) -> str:
+    return f"data/category={category}/run={run_id}/part-{shard:05d}.parquet"
+
+
+def quarantine_key(run_id: str, category: str, shard: int) -> str:
+    return f"quarantine/category={category}/run={run_id}/part-{shard:05d}.parquet"
+
+
+def rejects_key(run_id: str) -> str:
+    return f"rejects/run={run_id}/rejects.jsonl"
+
+
+def shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, Any]] | None:
+    """The shard's samples as rows (request order), from its checkpoints; None while any is pending."""
+    requests = shard_requests(root, plan, index)
+    done = load_checkpoints(root, plan.run_id, index)
+    if any(r.sample_id not in done for r in requests):
+        return None
+    rows = []
+    for request in requests:
+        saved = done[request.sample_id]
+        meta, finish = saved["meta_info"] or {}, saved["finish_reason"] or {}
+        rows.append(
+            {
+                "sample_id": request.sample_id,
+                "record_id": request.record_id,
+                "prompt_id": request.prompt_id,
+                "category": request.category,
+                "sample_index": request.sample_index,
+                "prompt_ids": request.prompt_ids,
+                "output_ids": saved["output_ids"],
+                "finish_reason": "error" if saved["error"] else finish.get("type", "abort"),
+                "completion_tokens": int(meta.get("completion_tokens", len(saved["output_ids"]))),
+                "prompt_tokens": int(meta.get("prompt_tokens", len(request.prompt_ids))),
+                "sampling": json.dumps(request.sampling, sort_keys=True),
+                "model": plan.model,
+                "run_id": plan.run_id,
+                "weight_version": meta.get("weight_version"),
+                "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
+                "error": saved["error"],
+            }
+        )
+    return rows
+
+
+def publish_shard(root: OutputRoot, plan: RunPlan, index: int, profile: ModelProfile, options: PublishOptions) -> int:
+    """Validate one finished shard and commit its data and quarantine files; returns the rows written."""
+    rows = shard_rows(root, plan, index)
+    if rows is None:
+        raise DataGenError(f"shard {index} of run {plan.run_id} still has samples to generate: finish it first")
+    data, quarantine = [], []
+    for row in rows:
+        verdict = validate_sample(row, profile, options.limits)
+        row["reasoning_tokens"] = reasoning_length(row["output_ids"], profile)
+        if verdict is None:
+            data.append({name: row.get(name) for name in SAMPLE_SCHEMA.names})
+        else:
+            row["reject_reason"], row["reject_detail"] = verdict
+            quarantine.append({name: row.get(name) for name in QUARANTINE_SCHEMA.names})
+    category = plan.shards[index].category
+    if data:
+        put_once(root, data_key(plan.run_id, category, index), encode_shard(samples_table(data)))
+    if quarantine:
+        put_once(root, quarantine_key(plan.run_id, category, index), encode_shard(samples_table(quarantine, True)))
+    log.info("shard %d (%s): %d valid, %d quarantined", index, category, len(data), len(quarantine))
+    return len(rows)
+
+
+def _committed(root: OutputRoot, key: str, kind: str, category: str) -> tuple[ManifestFile, pa.Table] | None:
+    if key not in root.list(key):
+        return None
+    data = root.read_bytes(key)
+    table = decode_shard(data)
+    stored = StoredObject(key, sha256_hex(data), len(data))
+    return ManifestFile.of(stored, kind, rows=table.num_rows, category=category), table  # type: ignore[arg-type]
+
+
+def _shard_files(root: OutputRoot, plan: RunPlan) -> Iterator[tuple[ManifestFile, pa.Table]]:
+    for info in plan.shards:
+        for kind, key in (
+            ("data", data_key(plan.run_id, info.category, info.index)),
+            ("quarantine", quarantine_key(plan.run_id, info.category, info.index)),
+        ):
+            found = _committed(root, key, kind, info.category)
+            if found is not None:
+                yield found
+
+
+def _put_derived(root: OutputRoot, key: str, data: bytes) -> StoredObject:
+    """Statistics, vocabulary and report are derived: rewritten on a rerun, trusted once the manifest lists
+    their checksum."""
+    root.write_bytes(key, data)
+    return StoredObject(key, sha256_hex(data), len(data))
+
+
+def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options: PublishOptions) -> PublishSummary:
+    existing = read_manifest(root, plan.run_id)
+    if existing is not None:
+        counts = existing["counts"]
+        return PublishSummary(
+            manifest_key(plan.run_id),
+            True,
+            counts["data"],
+            counts["quarantine"],
+            counts["reasons"],
+            len(existing["files"]),
+        )
+    files: list[ManifestFile] = []
+    reasons: Counter[str] = Counter()
+    by_category: dict[str, Counter[str]] = {}
+    tokens = TokenCounter(profile.vocab_size)
+    missing = []
+    for info in plan.shards:
+        keys = [key(plan.run_id, info.category, info.index) for key in (data_key, quarantine_key)]
+        if not any(k in root.list(k) for k in keys):
+            missing.append(info.index)
+    if missing:
+        raise DataGenError(f"run {plan.run_id}: shards {missing[:10]} are not published yet: publish them first")
+    for entry, table in _shard_files(root, plan):
+        files.append(entry)
+        counts = by_category.setdefault(entry.category or "?", Counter())
+        counts[entry.kind] += table.num_rows
+        if entry.kind == "data":
+            tokens.add(table)
+        else:
+            reasons.update(table.column("reject_reason").to_pylist())
+    total = sum(c["data"] + c["quarantine"] for c in by_category.values())
+    check_run(dict(reasons), total, options.thresholds, profile)
+
+    def tables(kind: str) -> Iterator[pa.Table]:  # read again, lazily: memory stays one shard deep
+        for entry in files:
+            if entry.kind == kind:
+                yield decode_shard(root.read_bytes(entry.key))
+
+    statistics = compute_statistics(tables("data"), tables("quarantine"), profile)
+    draft = build_draft_vocab(tokens.counts, options.draft_vocab_size)
+    meta = {
+        "run id": plan.run_id,
+        "model": plan.model,
+        "profile": plan.profile,
+        "weight version": (plan.provenance.get("servers") or [{}])[0].get("weight_version"),
+        "sampling": {c: s.sampling for c, s in plan.categories.items()},
+        "draft vocabulary": f"{draft.k:,} tokens covering {draft.coverage:.1%} of trained tokens",
+    }
+    artifacts = [
+        ("statistics", "statistics.json", json.dumps(statistics, indent=1).encode()),
+        ("draft_vocab", "draft_vocab.safetensors", draft.to_safetensors_bytes()),
+        ("report", "report.html", render_report(statistics, tokens.counts, f"run {plan.run_id}", meta).encode()),
+        ("summary", "summary.json", json.dumps(report_summary(statistics, tokens.counts, draft), indent=1).encode()),
+    ]
+    for kind, name, payload in artifacts:
+        files.append(ManifestFile.of(_put_derived(root, run_artifact_key(plan.run_id, name), payload), kind))  # type: ignore[arg-type]
+    if rejects_key(plan.run_id) in root.list(rejects_key(plan.run_id)):
+        payload = root.read_bytes(rejects_key(plan.run_id))
+        stored = StoredObject(rejects_key(plan.run_id), sha256_hex(payload), len(payload))
+        files.append(ManifestFile.of(stored, "rejects", rows=payload.count(b"\n")))
+    data_rows = sum(c["data"] for c in by_category.values())
+    quarantine_rows = sum(c["quarantine"] for c in by_category.values())
+    manifest = Manifest(
+        run_id=plan.run_id,
+        model=plan.model,
+        profile=plan.profile,
+        provenance=plan.provenance,
+        sampling={
+            c: {"sampling_params": s.sampling, "samples_per_prompt": s.samples_per_prompt}
+            for c, s in plan.categories.items()
+        },
+        counts={
+            "samples": total,
+            "data": data_rows,
+            "quarantine": quarantine_rows,
+            "reasons": dict(reasons),
+            "by_category": {c: dict(v) for c, v in sorted(by_category.items())},
+            "trained_tokens": tokens.total,
+        },
+        files=files,
+    )
+    write_manifest(root, manifest)
+    log.info(
+        "run %s published: %d valid, %d quarantined; manifest %s",
+        plan.run_id,
+        data_rows,
+        quarantine_rows,
+        manifest_key(plan.run_id),
+    )
+    return PublishSummary(
+        manifest_key(plan.run_id),
+        False,
+        data_rows,
+        quarantine_rows,
+        dict(reasons),
+        len(files),
+        draft.k,
+        draft.coverage,
+        run_artifact_key(plan.run_id, "report.html"),
+    )
+
+
+def publish_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options: PublishOptions) -> PublishSummary:
+    if read_manifest(root, plan.run_id) is None:
+        for info in plan.shards:
+            publish_shard(root, plan, info.index, profile, options)
+    return finalize_run(root, plan, profile, options)

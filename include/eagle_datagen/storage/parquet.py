@@ -1,0 +1,173 @@
+"""Parquet encoding of the data contract v1 sample shards (`data/...` and `quarantine/...`).
+
+`SAMPLE_SCHEMA` fixes the columns, their order and types; `QUARANTINE_SCHEMA` adds why a sample was
+quarantined. Both carry the schema metadata {"eagle_datagen.contract": "1"}. Columns not marked nullable
+are Parquet REQUIRED: `samples_table` refuses a row that lacks one.
+
+The encoding (`encode_shard`) uses only what every Parquet reader supports (pyarrow, DuckDB, Spark): PLAIN
+and RLE_DICTIONARY pages (data page v1), zstd, one row group per ~128 MiB of uncompressed data. It was
+chosen with `bench/bench_storage.py` (results and the options compared in docs/benchmarks.md, "Storage"):
+- token ids (`prompt_ids`, `output_ids`): dictionary encoding, then zstd level 9. The dictionary maps the
+  ids seen in a row group to small indices (about first-seen order, so frequent ids get small ones), which
+  zstd compresses far better than raw ids; BYTE_STREAM_SPLIT and DELTA_BINARY_PACKED were larger, higher
+  zstd levels no smaller and much slower. No statistics for them (no reader filters on token ids);
+- strings repeated across rows (category, model, run_id, finish_reason, sampling, ...) are dictionary
+  encoded; the per-sample hashes (`sample_id`) are PLAIN. Scalars keep their statistics, so readers can
+  skip row groups by run_id, category or sample_index.
+The bytes are a pure function of the table (no timestamps), so a rewrite of the same shard is identical.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+CONTRACT_KEY = "eagle_datagen.contract"
+CONTRACT_VERSION = "1"
+SCHEMA_METADATA = {CONTRACT_KEY: CONTRACT_VERSION}
+
+TOKEN_IDS = pa.list_(pa.int32())
+
+
+def _schema(fields: list[pa.Field]) -> pa.Schema:
+    return pa.schema(fields, metadata=SCHEMA_METADATA)
+
+
+_SAMPLE_FIELDS = [
+    pa.field("sample_id", pa.string(), nullable=False),
+    pa.field("record_id", pa.string()),  # the input record's optional `id`
+    pa.field("prompt_id", pa.string(), nullable=False),
+    pa.field("category", pa.string(), nullable=False),
+    pa.field("sample_index", pa.int32(), nullable=False),
+    pa.field("prompt_ids", TOKEN_IDS, nullable=False),
+    pa.field("output_ids", TOKEN_IDS, nullable=False),
+    pa.field("finish_reason", pa.string(), nullable=False),
+    pa.field("completion_tokens", pa.int32(), nullable=False),
+    pa.field("prompt_tokens", pa.int32(), nullable=False),
+    pa.field("reasoning_tokens", pa.int32()),  # output tokens before think_end; null without think_end
+    pa.field("sampling", pa.string(), nullable=False),  # JSON text
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("weight_version", pa.string()),
+]
+SAMPLE_SCHEMA = _schema(_SAMPLE_FIELDS)
+QUARANTINE_SCHEMA = _schema(
+    _SAMPLE_FIELDS
+    + [
+        pa.field("reject_reason", pa.string(), nullable=False),
+        pa.field("reject_detail", pa.string(), nullable=False),
+        pa.field("finish_detail", pa.string()),  # JSON text: SGLang's finish_reason object
+        pa.field("error", pa.string()),  # why the request failed, for samples that never got an answer
+    ]
+)
+
+# columns whose values may be given as a mapping and are stored as JSON text (sorted keys)
+JSON_COLUMNS = frozenset({"sampling", "finish_detail"})
+TOKEN_COLUMNS = ("prompt_ids", "output_ids")
+
+# Encoding (see the module docstring and docs/benchmarks.md).
+COMPRESSION = "zstd"
+COMPRESSION_LEVEL = 9
+ROW_GROUP_BYTES = 128 * 2**20  # uncompressed Arrow bytes per row group (a 1,000-sample shard is one group)
+DATA_PAGE_BYTES = 2**20
+PLAIN_COLUMNS = frozenset({"sample_id"})  # unique per row: a dictionary would only add indices
+
+
+def _leaf(name: str) -> str:
+    """The Parquet column path of a column's values (`output_ids.list.element` for a list)."""
+    return f"{name}.list.element" if name in TOKEN_COLUMNS else name
+
+
+def samples_table(rows: Sequence[Mapping[str, Any]], quarantine: bool = False) -> pa.Table:
+    """The rows as a table with `SAMPLE_SCHEMA` (or `QUARANTINE_SCHEMA`), columns in the schema's order.
+
+    A nullable column that a row leaves out is null. A row that lacks a required column (or holds None in
+    one), has a column the schema does not know, or a value of the wrong type is a ValueError naming the
+    row and column. `sampling` and `finish_detail` may be given as mappings (stored as sorted-key JSON).
+    """
+    schema = QUARANTINE_SCHEMA if quarantine else SAMPLE_SCHEMA
+    known = set(schema.names)
+    required = [f.name for f in schema if not f.nullable]
+    for index, row in enumerate(rows):
+        unknown = sorted(set(row) - known)
+        missing = [name for name in required if row.get(name) is None]
+        if unknown or missing:
+            problem = "; ".join(
+                part
+                for part in (
+                    f"unknown column(s) {unknown}" if unknown else "",
+                    f"missing or null required column(s) {missing}" if missing else "",
+                )
+                if part
+            )
+            schema_name = "QUARANTINE_SCHEMA" if quarantine else "SAMPLE_SCHEMA"
+            raise ValueError(f"row {index} (sample_id {row.get('sample_id')!r}) does not fit {schema_name}: {problem}")
+    arrays = []
+    for field in schema:
+        values = [row.get(field.name) for row in rows]
+        if field.name in JSON_COLUMNS:
+            values = [json.dumps(v, sort_keys=True) if isinstance(v, Mapping) else v for v in values]
+        try:
+            arrays.append(pa.array(values, type=field.type))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"column {field.name!r} does not fit {field.type}: {exc}") from exc
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _contract_schema(schema: pa.Schema) -> pa.Schema:
+    for expected in (SAMPLE_SCHEMA, QUARANTINE_SCHEMA):
+        if schema.equals(expected, check_metadata=False):
+            return expected
+    raise ValueError(
+        "the table does not have the contract v1 sample or quarantine schema (build it with samples_table); "
+        f"columns: {schema.names}"
+    )
+
+
+def _rows_per_group(table: pa.Table) -> int:
+    if table.num_rows == 0:
+        return 1
+    per_row = max(1, table.nbytes // table.num_rows)
+    return max(1, min(table.num_rows, ROW_GROUP_BYTES // per_row))
+
+
+def write_options(table: pa.Table) -> dict[str, Any]:
+    """The `pyarrow.parquet.write_table` keyword arguments `encode_shard` uses for this table."""
+    names = table.schema.names
+    return {
+        "compression": COMPRESSION,
+        "compression_level": COMPRESSION_LEVEL,
+        "use_dictionary": [_leaf(n) for n in names if n not in PLAIN_COLUMNS],
+        "write_statistics": [n for n in names if n not in TOKEN_COLUMNS],
+        "row_group_size": _rows_per_group(table),
+        "data_page_size": DATA_PAGE_BYTES,
+    }
+
+
+def encode_shard(table: pa.Table) -> bytes:
+    """The table (with the sample or quarantine schema) as the bytes of one Parquet file."""
+    schema = _contract_schema(table.schema)
+    table = table.replace_schema_metadata(schema.metadata)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **write_options(table))
+    return sink.getvalue().to_pybytes()
+
+
+def decode_shard(data: bytes) -> pa.Table:
+    """A shard's table, with exactly the schema it was written with (sample or quarantine).
+
+    A Parquet file without the contract v1 metadata or with other columns is a ValueError.
+    """
+    table = pq.read_table(pa.BufferReader(data))
+    metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    version = metadata.get(CONTRACT_KEY)
+    if version != CONTRACT_VERSION:
+        raise ValueError(
+            f"not a data contract v{CONTRACT_VERSION} shard: schema metadata {CONTRACT_KEY!r} is {version!r}"
+        )
+    # Parquet names list values "element"; the cast gives back Arrow's "item" of the schema (no copy)
+    return table.cast(_contract_schema(table.schema))

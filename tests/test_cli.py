@@ -11,8 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import DEMO_RECIPE, REPO, user_record, write_jsonl
 from eagle_datagen.cli import build_parser
+
+from conftest import DEMO_RECIPE, REPO, user_record, write_jsonl
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

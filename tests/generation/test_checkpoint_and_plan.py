@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from conftest import user_record
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, checkpoint_prefix, load_checkpoints
 from eagle_datagen.generation.plan import (
@@ -22,6 +21,8 @@ from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.records import validate_record
 from eagle_datagen.storage.output_root import LocalOutputRoot
 from eagle_datagen.tokenization.tokenize import TokenizedPrompt
+
+from conftest import user_record
 
 
 def result(i: int, shard: int = 0, retryable: bool = False) -> SampleResult:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import user_record, write_jsonl
 from eagle_datagen.generation.checkpoint import CheckpointPolicy
 from eagle_datagen.generation.publish import PublishOptions
 from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
@@ -21,6 +20,8 @@ from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.tokenization.stage import TokenizeOptions
 from eagle_datagen.validation.diagnosis import DiagnosisThresholds, ValidationFailed
+
+from conftest import user_record, write_jsonl
 
 pytestmark = pytest.mark.slow
 PROMPTS = 30

@@ -12,9 +12,10 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO, user_record, write_jsonl
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
+
+from conftest import REPO, user_record, write_jsonl
 
 pytestmark = pytest.mark.slow
 WINDOW = 4

@@ -11,9 +11,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import DEMO_RECIPE, REPO, user_record, write_jsonl
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
+
+from conftest import DEMO_RECIPE, REPO, user_record, write_jsonl
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO, user_record
 from eagle_datagen.errors import SourceError
 from eagle_datagen.sources.collect import collect_prompts, plans_from_sources
+
+from conftest import REPO, user_record
 
 pytestmark = pytest.mark.slow
 

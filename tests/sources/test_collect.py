@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import DEMO_RECIPE, user_record, write_jsonl
 from eagle_datagen.errors import ConfigError, RejectRateExceeded, SourceError
 from eagle_datagen.sources.collect import (
     cap_prompts,
@@ -20,6 +19,8 @@ from eagle_datagen.sources.collect import (
     plans_from_sources,
 )
 from eagle_datagen.sources.recipe import load_recipe, parse_recipe
+
+from conftest import DEMO_RECIPE, user_record, write_jsonl
 
 TOOL_PROMPT = {
     "id": "t1",

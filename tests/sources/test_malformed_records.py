@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from conftest import user_record, write_jsonl
 from eagle_datagen.records import validate_record
 from eagle_datagen.sources.collect import collect_prompts, plans_from_sources
+
+from conftest import user_record, write_jsonl
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
 

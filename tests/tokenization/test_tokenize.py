@@ -6,12 +6,13 @@ import shutil
 
 import pytest
 
-from conftest import DEMO_RECIPE, user_record
 from eagle_datagen.records import validate_record
 from eagle_datagen.sources.collect import collect_prompts, plans_from_recipe
 from eagle_datagen.sources.recipe import load_recipe
 from eagle_datagen.tokenization.loader import load_tokenizer
 from eagle_datagen.tokenization.tokenize import tokenize_prompts
+
+from conftest import DEMO_RECIPE, user_record
 
 
 @pytest.fixture(scope="module")

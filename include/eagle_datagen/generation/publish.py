@@ -65,6 +65,10 @@ class PublishSummary:
     report: str | None = None
 
 
+class ShardIncomplete(DataGenError):
+    """A shard cannot be published while some of its samples have no result yet."""
+
+
 def data_key(run_id: str, category: str, shard: int) -> str:
     return f"data/category={category}/run={run_id}/part-{shard:05d}.parquet"
 
@@ -114,7 +118,7 @@ def publish_shard(root: OutputRoot, plan: RunPlan, index: int, profile: ModelPro
     """Validate one finished shard and commit its data and quarantine files; returns the rows written."""
     rows = shard_rows(root, plan, index)
     if rows is None:
-        raise DataGenError(f"shard {index} of run {plan.run_id} still has samples to generate: finish it first")
+        raise ShardIncomplete(f"shard {index} of run {plan.run_id} still has samples to generate: finish it first")
     data, quarantine = [], []
     for row in rows:
         verdict = validate_sample(row, profile, options.limits)

@@ -95,17 +95,13 @@ def samples_table(rows: Sequence[Mapping[str, Any]], quarantine: bool = False) -
     for index, row in enumerate(rows):
         unknown = sorted(set(row) - known)
         missing = [name for name in required if row.get(name) is None]
-        if unknown or missing:
-            problem = "; ".join(
-                part
-                for part in (
-                    f"unknown column(s) {unknown}" if unknown else "",
-                    f"missing or null required column(s) {missing}" if missing else "",
-                )
-                if part
+        problems = [f"unknown column(s) {unknown}"] if unknown else []
+        problems += [f"missing or null required column(s) {missing}"] if missing else []
+        if problems:
+            raise ValueError(
+                f"row {index} (sample_id {row.get('sample_id')!r}) does not fit "
+                f"{'QUARANTINE_SCHEMA' if quarantine else 'SAMPLE_SCHEMA'}: {'; '.join(problems)}"
             )
-            schema_name = "QUARANTINE_SCHEMA" if quarantine else "SAMPLE_SCHEMA"
-            raise ValueError(f"row {index} (sample_id {row.get('sample_id')!r}) does not fit {schema_name}: {problem}")
     arrays = []
     for field in schema:
         values = [row.get(field.name) for row in rows]

@@ -1,0 +1,182 @@
+"""The run as separate steps, for orchestrators (Airflow tasks, one per step, shards mapped).
+
+Each step takes and returns plain JSON-able values (a `RunConfig` dict, run ids, shard indices), keeps
+no state in memory between steps, and works from what earlier steps stored under the output root, so
+any step can run (or be retried) on any worker:
+
+    servers = preflight_step(config)                # checks every endpoint before any GPU time is spent
+    plan = plan_step(config, servers)               # source, tokenize, write the plan (or load it)
+    for shard in plan["shards"]: generate_shard_step(config, plan["run_id"], shard)   # mapped
+    finalize_step(config, plan["run_id"])           # diagnosis, statistics, vocab, report, manifest
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation.plan import load_plan
+from eagle_datagen.generation.publish import PublishOptions, ShardIncomplete, finalize_run, publish_shard
+from eagle_datagen.generation.stage import (
+    NothingToDo,
+    RunOptions,
+    SamplingOverrides,
+    check_run_id,
+    generate_pending,
+    prepare_plan,
+)
+from eagle_datagen.inference.preflight import ServerInfo, preflight
+from eagle_datagen.inference.retry import RetryPolicy
+from eagle_datagen.profile import load_profile
+from eagle_datagen.storage.output_root import open_output_root
+from eagle_datagen.tokenization.stage import TokenizeOptions, setup_tokenize
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, as plain values (what a trigger form or a connection provides)."""
+
+    output: str
+    tokenizer: str
+    sglang_urls: list[str]
+    run_id: str
+    recipe: str | None = None
+    prompts: list[str] = dataclasses.field(default_factory=list)
+    categories: list[str] | None = None
+    profile: str = "kimi-k2.5"
+    model: str | None = None
+    limit: int | None = None
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    samples_per_prompt: int | None = None
+    shard_size: int = 1000
+    concurrency: int | None = None
+    incremental: bool = False
+    per_weight_version: bool = False
+    draft_vocab_size: int = 32000
+    max_attempts: int = 8
+    canary: bool = True
+    trust_remote_code: bool = False
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(f"unknown run setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def options(self) -> RunOptions:
+        check_run_id(self.run_id)
+        return RunOptions(
+            prompts=TokenizeOptions(
+                output=self.output,
+                tokenizer=self.tokenizer,
+                prompts=self.prompts,
+                recipe=self.recipe,
+                profile=self.profile,
+                categories=self.categories,
+                limit=self.limit,
+                trust_remote_code=self.trust_remote_code,
+            ),
+            sglang_urls=self.sglang_urls,
+            run_id=self.run_id,
+            model=self.model,
+            sampling=SamplingOverrides(
+                max_new_tokens=self.max_new_tokens,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                samples_per_prompt=self.samples_per_prompt,
+            ),
+            shard_size=self.shard_size,
+            concurrency=self.concurrency,
+            retry=RetryPolicy(max_attempts=self.max_attempts),
+            canary=self.canary,
+            incremental=self.incremental,
+            per_weight_version=self.per_weight_version,
+            publish=PublishOptions(draft_vocab_size=self.draft_vocab_size),
+        )
+
+
+def _config(config: RunConfig | dict[str, Any]) -> RunConfig:
+    return config if isinstance(config, RunConfig) else RunConfig.from_dict(config)
+
+
+def _servers(raw: list[dict[str, Any]]) -> list[ServerInfo]:
+    return [ServerInfo(**server) for server in raw]
+
+
+def preflight_step(config: RunConfig | dict[str, Any]) -> list[dict[str, Any]]:
+    """Check tokenizer, profile and every endpoint (with a canary); returns the servers' facts."""
+    from eagle_datagen.generation.stage import _canary_body, category_settings
+
+    cfg = _config(config)
+    options = cfg.options()
+    setup = setup_tokenize(options.prompts)
+    sampling = category_settings(["canary"], setup.recipe, setup.profile.sampling, options.sampling)["canary"].sampling
+    canary = _canary_body(setup, sampling, options.canary_max_new_tokens) if cfg.canary else None
+    servers = asyncio.run(preflight(cfg.sglang_urls, setup.profile, cfg.model or setup.profile.model, canary))
+    return [dataclasses.asdict(s) for s in servers]
+
+
+def plan_step(config: RunConfig | dict[str, Any], servers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Source, tokenize and plan the run (or load its existing plan). `shards` is empty when an
+    incremental run finds nothing new."""
+    cfg = _config(config)
+    options = cfg.options()
+    setup = setup_tokenize(options.prompts)
+    root = open_output_root(cfg.output)
+    infos = _servers(servers)
+    provenance = setup.loaded.provenance() | {"servers": [s.provenance() for s in infos]}
+    try:
+        plan = prepare_plan(setup, root, cfg.run_id, options, provenance, infos[0].weight_version)
+    except NothingToDo as done:
+        log.info("%s", done)
+        return {"run_id": cfg.run_id, "shards": [], "samples": 0}
+    return {
+        "run_id": plan.run_id,
+        "shards": [s.index for s in plan.shards],
+        "samples": plan.total_samples,
+        "categories": sorted(plan.categories),
+    }
+
+
+def generate_shard_step(
+    config: RunConfig | dict[str, Any], servers: list[dict[str, Any]], shard: int
+) -> dict[str, Any]:
+    """Generate what the shard's checkpoints lack, then validate it into data/ and quarantine/."""
+    cfg = _config(config)
+    options = cfg.options()
+    root = open_output_root(cfg.output)
+    plan = load_plan(root, cfg.run_id)
+    if plan is None:
+        raise ConfigError(f"run {cfg.run_id} has no plan under {cfg.output}: run the plan step first")
+    resumed, todo, client = asyncio.run(generate_pending(root, plan, [shard], _servers(servers), options))
+    try:
+        rows = publish_shard(root, plan, shard, load_profile(plan.profile), options.publish)
+    except ShardIncomplete as exc:  # samples out of attempts: a task retry (on any worker) resumes them
+        raise RetryableShardError(f"{exc} (failed attempts: {client.stats.describe_failures()})") from None
+    return {"shard": shard, "resumed": resumed, "generated": todo, "rows": rows}
+
+
+class RetryableShardError(Exception):
+    """Some samples of a shard ran out of attempts: the orchestrator should retry the task later."""
+
+
+def finalize_step(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
+    cfg = _config(config)
+    root = open_output_root(cfg.output)
+    plan = load_plan(root, cfg.run_id)
+    if plan is None:
+        return {"run_id": cfg.run_id, "published": False, "reason": "nothing planned"}
+    summary = finalize_run(root, plan, load_profile(plan.profile), cfg.options().publish)
+    return {"run_id": cfg.run_id, "published": True} | dataclasses.asdict(summary)

@@ -1,0 +1,242 @@
+"""The Parquet encoding of contract v1 shards: schema, round trips, nulls, compression, plain readers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from eagle_datagen.standin.sglang.config import SimConfig
+from eagle_datagen.standin.sglang.outputs import OutputModel
+from eagle_datagen.storage import parquet
+from eagle_datagen.storage.parquet import (
+    QUARANTINE_SCHEMA,
+    SAMPLE_SCHEMA,
+    decode_shard,
+    encode_shard,
+    samples_table,
+)
+
+SAMPLE_COLUMNS = [
+    ("sample_id", pa.string(), False),
+    ("record_id", pa.string(), True),
+    ("prompt_id", pa.string(), False),
+    ("category", pa.string(), False),
+    ("sample_index", pa.int32(), False),
+    ("prompt_ids", pa.list_(pa.int32()), False),
+    ("output_ids", pa.list_(pa.int32()), False),
+    ("finish_reason", pa.string(), False),
+    ("completion_tokens", pa.int32(), False),
+    ("prompt_tokens", pa.int32(), False),
+    ("reasoning_tokens", pa.int32(), True),
+    ("sampling", pa.string(), False),
+    ("model", pa.string(), False),
+    ("run_id", pa.string(), False),
+    ("weight_version", pa.string(), True),
+]
+QUARANTINE_EXTRA = [
+    ("reject_reason", pa.string(), False),
+    ("reject_detail", pa.string(), False),
+    ("finish_detail", pa.string(), True),
+    ("error", pa.string(), True),
+]
+SAMPLING = json.dumps({"max_new_tokens": 2048, "temperature": 1.0}, sort_keys=True)
+
+
+def row(i: int, **changes) -> dict:
+    prompt = [163587, 100 + i, 2**31 - 1, 0, 163606]
+    output = [5, i, 163607, 7, 163586]
+    base = {
+        "sample_id": f"{i:032x}",
+        "record_id": f"rec-{i}",
+        "prompt_id": f"{i * 7:064x}",
+        "category": "math" if i % 2 else "code",
+        "sample_index": i % 3,
+        "prompt_ids": prompt,
+        "output_ids": output,
+        "finish_reason": "stop",
+        "completion_tokens": len(output),
+        "prompt_tokens": len(prompt),
+        "reasoning_tokens": 2,
+        "sampling": SAMPLING,
+        "model": "moonshotai/Kimi-K2.5",
+        "run_id": "run-1",
+        "weight_version": "default",
+    }
+    return base | changes
+
+
+def rows_with_nulls() -> list[dict]:
+    return [
+        row(0),
+        row(1, record_id=None, reasoning_tokens=None, weight_version=None),
+        row(2, output_ids=[], completion_tokens=0, reasoning_tokens=None),
+        row(3, finish_reason="length"),
+    ]
+
+
+def fields(schema: pa.Schema) -> list[tuple[str, pa.DataType, bool]]:
+    return [(f.name, f.type, f.nullable) for f in schema]
+
+
+def test_schemas_fix_columns_order_types_and_contract_metadata():
+    assert fields(SAMPLE_SCHEMA) == SAMPLE_COLUMNS
+    assert fields(QUARANTINE_SCHEMA) == SAMPLE_COLUMNS + QUARANTINE_EXTRA
+    for schema in (SAMPLE_SCHEMA, QUARANTINE_SCHEMA):
+        assert schema.metadata == {b"eagle_datagen.contract": b"1"}
+
+
+def test_round_trip_preserves_every_value_type_and_null():
+    rows = rows_with_nulls()
+    table = samples_table(rows)
+    decoded = decode_shard(encode_shard(table))
+    assert decoded.schema.equals(SAMPLE_SCHEMA, check_metadata=True)
+    assert decoded.equals(table)
+    assert decoded.to_pylist() == rows
+    assert decoded.column("prompt_ids").type == pa.list_(pa.int32())
+    assert decoded.column("output_ids").to_pylist()[2] == []
+    assert decoded.column("record_id").null_count == 1
+    assert decoded.column("reasoning_tokens").to_pylist() == [2, None, None, 2]
+    assert decoded.column("prompt_ids").to_pylist()[0][2] == 2**31 - 1
+
+
+def test_missing_optional_columns_are_null():
+    minimal = {k: v for k, v in row(0).items() if k not in ("record_id", "reasoning_tokens", "weight_version")}
+    decoded = decode_shard(encode_shard(samples_table([minimal])))
+    assert decoded.to_pylist() == [minimal | {"record_id": None, "reasoning_tokens": None, "weight_version": None}]
+
+
+def test_quarantine_round_trip():
+    rows = [
+        row(0)
+        | {"reject_reason": "missing_think_end", "reject_detail": "no 163607", "finish_detail": '{"type": "stop"}'},
+        row(1, output_ids=[], completion_tokens=0, finish_reason="error")
+        | {"reject_reason": "request_error", "reject_detail": "HTTP 400", "error": "HTTP 400: too long"},
+    ]
+    table = samples_table(rows, quarantine=True)
+    assert table.schema.equals(QUARANTINE_SCHEMA, check_metadata=True)
+    decoded = decode_shard(encode_shard(table))
+    assert decoded.schema.equals(QUARANTINE_SCHEMA, check_metadata=True)
+    assert decoded.to_pylist() == [rows[0] | {"error": None}, rows[1] | {"finish_detail": None}]
+
+
+def test_quarantine_columns_are_refused_in_data_rows_and_required_there():
+    with pytest.raises(ValueError, match=r"unknown column\(s\) \['reject_reason'\]"):
+        samples_table([row(0) | {"reject_reason": "x"}])
+    with pytest.raises(ValueError, match=r"QUARANTINE_SCHEMA.*\['reject_reason', 'reject_detail'\]"):
+        samples_table([row(0)], quarantine=True)
+
+
+@pytest.mark.parametrize("column", ["sample_id", "prompt_ids", "output_ids", "completion_tokens", "sampling"])
+def test_missing_or_null_required_column_is_an_error_naming_it(column):
+    missing = {k: v for k, v in row(0).items() if k != column}
+    with pytest.raises(ValueError, match=rf"row 1 .*missing or null required column\(s\) \['{column}'\]"):
+        samples_table([row(1), missing])
+    with pytest.raises(ValueError, match=column):
+        samples_table([row(0, **{column: None})])
+
+
+def test_wrong_types_and_out_of_range_ids_are_errors_naming_the_column():
+    with pytest.raises(ValueError, match="'output_ids'"):
+        samples_table([row(0, output_ids=[1, 2**31])])
+    with pytest.raises(ValueError, match="'prompt_ids'"):
+        samples_table([row(0, prompt_ids="1 2 3")])
+    with pytest.raises(ValueError, match="'category'"):
+        samples_table([row(0, category=3)])
+
+
+def test_json_columns_accept_mappings():
+    table = samples_table([row(0, sampling={"top_p": 0.95, "temperature": 1.0})])
+    assert table.column("sampling").to_pylist() == ['{"temperature": 1.0, "top_p": 0.95}']
+
+
+def test_numpy_ids_are_accepted():
+    table = samples_table([row(0, output_ids=np.array([1, 2, 163586], dtype=np.int64))])
+    assert table.column("output_ids").to_pylist() == [[1, 2, 163586]]
+
+
+def test_plain_pyarrow_reader_reads_shards_and_sees_the_contract():
+    data = encode_shard(samples_table(rows_with_nulls()))
+    plain = pq.read_table(pa.BufferReader(data))
+    assert plain.column_names == SAMPLE_SCHEMA.names
+    assert plain.column("output_ids").to_pylist() == [r["output_ids"] for r in rows_with_nulls()]
+    assert plain.schema.field("output_ids").type == pa.list_(pa.int32())
+    meta = pq.ParquetFile(pa.BufferReader(data)).metadata
+    assert meta.metadata[b"eagle_datagen.contract"] == b"1"
+
+
+def test_plain_reader_from_a_file(tmp_path):
+    path = tmp_path / "part-00000.parquet"
+    path.write_bytes(encode_shard(samples_table(rows_with_nulls())))
+    assert pq.read_table(path).to_pylist() == rows_with_nulls()
+
+
+def test_encoding_is_deterministic():
+    table = samples_table(rows_with_nulls())
+    assert encode_shard(table) == encode_shard(samples_table(rows_with_nulls()))
+
+
+def test_empty_shard_round_trips():
+    decoded = decode_shard(encode_shard(samples_table([])))
+    assert decoded.num_rows == 0 and decoded.schema.equals(SAMPLE_SCHEMA, check_metadata=True)
+
+
+def test_large_tables_are_split_into_row_groups(monkeypatch):
+    monkeypatch.setattr(parquet, "ROW_GROUP_BYTES", 250)
+    rows = [row(i) for i in range(10)]
+    data = encode_shard(samples_table(rows))
+    assert pq.ParquetFile(pa.BufferReader(data)).metadata.num_row_groups > 1
+    assert decode_shard(data).to_pylist() == rows
+
+
+def test_encode_refuses_tables_without_the_contract_schema():
+    table = samples_table([row(0)])
+    with pytest.raises(ValueError, match="contract v1"):
+        encode_shard(table.drop_columns(["run_id"]))
+    with pytest.raises(ValueError, match="contract v1"):
+        encode_shard(table.cast(table.schema.set(4, pa.field("sample_index", pa.int64(), nullable=False))))
+    # the schema metadata is added when the columns match
+    bare = table.replace_schema_metadata(None)
+    assert decode_shard(encode_shard(bare)).schema.equals(SAMPLE_SCHEMA, check_metadata=True)
+
+
+def test_decode_refuses_parquet_without_the_contract_metadata():
+    sink = pa.BufferOutputStream()
+    pq.write_table(samples_table([row(0)]).replace_schema_metadata(None), sink)
+    with pytest.raises(ValueError, match="not a data contract v1 shard"):
+        decode_shard(sink.getvalue().to_pybytes())
+
+
+def zipf_rows(n: int) -> list[dict]:
+    model = OutputModel(SimConfig())
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(n):
+        prompt = [163587, *model.ordinary_tokens(rng, int(rng.integers(100, 400))).tolist(), 163606]
+        output = model.generate(prompt, sampling_seed=i, max_new_tokens=2048).output_ids
+        rows.append(row(i, prompt_ids=prompt, output_ids=output, completion_tokens=len(output)))
+    return rows
+
+
+def test_shards_are_compressed_and_dictionary_encoded():
+    rows = zipf_rows(300)
+    data = encode_shard(samples_table(rows))
+    meta = pq.ParquetFile(pa.BufferReader(data)).metadata
+    chunks = {
+        meta.row_group(0).column(c).path_in_schema: meta.row_group(0).column(c)
+        for c in range(meta.row_group(0).num_columns)
+    }
+    outputs = chunks["output_ids.list.element"]
+    assert outputs.compression == "ZSTD"
+    assert "RLE_DICTIONARY" in outputs.encodings
+    assert not outputs.is_stats_set  # no statistics on token ids
+    assert chunks["run_id"].is_stats_set
+    output_tokens = sum(len(r["output_ids"]) for r in rows)
+    all_tokens = output_tokens + sum(len(r["prompt_ids"]) for r in rows)
+    # raw int32 is 4 bytes per token; the order-0 limit of this distribution is about 1.25
+    assert outputs.total_compressed_size / output_tokens < 2.5
+    assert len(data) / all_tokens < 2.5
+    assert decode_shard(data).to_pylist() == rows

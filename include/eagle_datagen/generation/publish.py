@@ -50,6 +50,10 @@ class PublishOptions:
     limits: ValidationLimits = field(default_factory=ValidationLimits)
     thresholds: DiagnosisThresholds = field(default_factory=DiagnosisThresholds)
     draft_vocab_size: int = 32000
+    # True when the user asked for this K: a run with fewer distinct tokens then fails with a clear error.
+    # False (the default K): such a run (a small nightly increment) is published without a vocabulary; the
+    # release, over many runs, builds the one to train with.
+    draft_vocab_required: bool = False
 
 
 @dataclass
@@ -204,21 +208,34 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
                 yield decode_shard(root.read_bytes(entry.key))
 
     statistics = compute_statistics(tables("data"), tables("quarantine"), profile)
-    draft = build_draft_vocab(tokens.counts, options.draft_vocab_size)
+    draft = None
+    if tokens.distinct >= options.draft_vocab_size or options.draft_vocab_required:
+        draft = build_draft_vocab(tokens.counts, options.draft_vocab_size)
+    else:
+        log.warning(
+            "run %s: no draft vocabulary: %d distinct tokens, fewer than the default size %d (set "
+            "--draft-vocab-size to build a smaller one)",
+            plan.run_id,
+            tokens.distinct,
+            options.draft_vocab_size,
+        )
     meta = {
         "run id": plan.run_id,
         "model": plan.model,
         "profile": plan.profile,
         "weight version": (plan.provenance.get("servers") or [{}])[0].get("weight_version"),
         "sampling": {c: s.sampling for c, s in plan.categories.items()},
-        "draft vocabulary": f"{draft.k:,} tokens covering {draft.coverage:.1%} of trained tokens",
+        "draft vocabulary": f"{draft.k:,} tokens covering {draft.coverage:.1%} of trained tokens"
+        if draft
+        else f"not built: {tokens.distinct:,} distinct tokens < {options.draft_vocab_size:,}",
     }
     artifacts = [
         ("statistics", "statistics.json", json.dumps(statistics, indent=1).encode()),
-        ("draft_vocab", "draft_vocab.safetensors", draft.to_safetensors_bytes()),
         ("report", "report.html", render_report(statistics, tokens.counts, f"run {plan.run_id}", meta).encode()),
         ("summary", "summary.json", json.dumps(report_summary(statistics, tokens.counts, draft), indent=1).encode()),
     ]
+    if draft is not None:
+        artifacts.append(("draft_vocab", "draft_vocab.safetensors", draft.to_safetensors_bytes()))
     for kind, name, payload in artifacts:
         files.append(ManifestFile.of(_put_derived(root, run_artifact_key(plan.run_id, name), payload), kind))  # type: ignore[arg-type]
     if rejects_key(plan.run_id) in root.list(rejects_key(plan.run_id)):
@@ -261,8 +278,8 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
         quarantine_rows,
         dict(reasons),
         len(files),
-        draft.k,
-        draft.coverage,
+        draft.k if draft else None,
+        draft.coverage if draft else None,
         run_artifact_key(plan.run_id, "report.html"),
     )
 

@@ -1,0 +1,150 @@
+"""The trigger forms: typed params with titles, descriptions and JSON-schema validation.
+
+Airflow validates a run's conf against these schemas when the run is created (the UI form, `airflow dags
+trigger -c`, the REST API, `dag.test(run_conf=...)`), and refuses a bad value with
+`Invalid input for param <name>: ...`. Sampling defaults are the recipe's values for the category, so
+the form shows what a scheduled run uses. Credentials never go here: only connection ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Param
+
+from eagle_datagen.sources.recipe import Recipe
+
+SAMPLING = "Prompts and sampling"
+RUN = "Run"
+DEPLOYMENT = "Deployment and storage"
+# An s3:// prefix or an absolute local folder (a relative path means nothing on a worker).
+OUTPUT_PATTERN = r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.*)$"
+
+
+def _number(default: float | int | None, kind: str, **schema: Any) -> Param:
+    """A number param; nullable only when the recipe leaves the value to the model profile."""
+    return Param(default, type=kind if default is not None else ["null", kind], **schema)
+
+
+def category_params(recipe: Recipe, category: str, output: str) -> dict[str, Param]:
+    sampling = recipe.sampling_for(category)
+    return {
+        "limit": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            title="Prompt limit",
+            description=f"At most this many {category} prompts, chosen deterministically. Empty: every prompt.",
+            section=SAMPLING,
+        ),
+        "samples_per_prompt": Param(
+            recipe.samples_per_prompt_for(category),
+            type="integer",
+            minimum=1,
+            maximum=64,
+            title="Samples per prompt",
+            description="Generations per prompt, each with its own sampling seed (1-64).",
+            section=SAMPLING,
+        ),
+        "temperature": _number(
+            sampling.temperature,
+            "number",
+            minimum=0,
+            maximum=2,
+            title="Temperature",
+            description="Sampling temperature (0-2). Default: the recipe's value.",
+            section=SAMPLING,
+        ),
+        "top_p": _number(
+            sampling.top_p,
+            "number",
+            exclusiveMinimum=0,
+            maximum=1,
+            title="Top p",
+            description="Nucleus sampling (above 0, at most 1). Default: the recipe's value.",
+            section=SAMPLING,
+        ),
+        "max_new_tokens": _number(
+            sampling.max_new_tokens,
+            "integer",
+            minimum=1,
+            title="Max new tokens",
+            description="Longest output per sample; longer ones are quarantined as finish_length.",
+            section=SAMPLING,
+        ),
+        "shard_size": Param(
+            1000,
+            type="integer",
+            minimum=1,
+            title="Shard size",
+            description="Prompts per shard; each shard is one mapped task in the sglang pool.",
+            section=RUN,
+        ),
+        "draft_vocab_size": Param(
+            32000,
+            type="integer",
+            minimum=1,
+            title="Draft vocabulary size",
+            description="K most frequent trained tokens in the run's draft vocabulary (EAGLE-3 d2t/t2d).",
+            section=RUN,
+        ),
+        "dry_run": Param(
+            False,
+            type="boolean",
+            title="Dry run",
+            description="Preflight and plan only (writes the plan), generate nothing.",
+            section=RUN,
+        ),
+        "force_regenerate": Param(
+            False,
+            type="boolean",
+            title="Force regenerate",
+            description="Generate every sample again, also those a published run already has (not incremental).",
+            section=RUN,
+        ),
+        "sglang_conn_id": Param(
+            "sglang_default",
+            type="string",
+            minLength=1,
+            title="SGLang connection",
+            description="Airflow connection of the SGLang deployment: host and port, or extra "
+            '{"urls": [...]} for several replicas, and extra "tokenizer".',
+            section=DEPLOYMENT,
+        ),
+        **storage_params(output),
+    }
+
+
+def storage_params(output: str) -> dict[str, Param]:
+    return {
+        "output": Param(
+            output,
+            type="string",
+            pattern=OUTPUT_PATTERN,
+            title="Output root",
+            description="s3://bucket/prefix or an absolute folder; runs, manifests and releases go under it.",
+            section=DEPLOYMENT,
+        ),
+        "aws_conn_id": Param(
+            "aws_default",
+            type="string",
+            minLength=1,
+            title="AWS connection",
+            description="Amazon provider connection for the object store (endpoint_url in its extra for "
+            "S3-compatible stores). Without it, the worker's AWS environment is used.",
+            section=DEPLOYMENT,
+        ),
+    }
+
+
+def release_params(output: str) -> dict[str, Param]:
+    return {
+        "draft_vocab_size": Param(
+            32000,
+            type="integer",
+            minimum=1,
+            title="Draft vocabulary size",
+            description="K most frequent trained tokens over the whole release.",
+        ),
+        **storage_params(output),
+    }

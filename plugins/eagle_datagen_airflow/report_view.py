@@ -1,0 +1,79 @@
+"""The run's HTML report in the Airflow UI: a FastAPI app on the API server, shown as a tab of a category
+DAG run (an external view with destination `dag_run`).
+
+`GET /eagle-datagen/report/{dag_id}/{run_id}` finds the DAG run's output root (its conf, else the
+deployment's default) and pipeline run id, reads the run's manifest and serves the report it lists, after
+checking its sha256. Access needs the same right as reading the DAG's runs. The object store is reached
+through the run's AWS connection with the Amazon provider's own client (no process environment is touched
+on the API server).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.core_api.security import requires_access_dag
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import HTMLResponse
+
+from eagle_datagen_airflow.recipe import default_output
+
+CATEGORY_DAG_PREFIX = "eagle_datagen__"
+can_read_runs = requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN)
+app = FastAPI(title="eagle-datagen reports", description="HTML reports of published eagle-datagen runs")
+
+
+def _read(output: str, aws_conn_id: str, key: str) -> bytes | None:
+    from eagle_datagen.objectstore.s3 import S3Uri, is_s3_uri
+
+    if not is_s3_uri(output):
+        path = Path(output) / key
+        return path.read_bytes() if path.is_file() else None
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+    from botocore.exceptions import ClientError
+
+    location = S3Uri.parse(f"{output.rstrip('/')}/{key}")
+    try:
+        answer = S3Hook(aws_conn_id=aws_conn_id).get_conn().get_object(Bucket=location.bucket, Key=location.key)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return None
+        raise
+    return answer["Body"].read()
+
+
+def _dag_run_conf(dag_id: str, run_id: str) -> dict:
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+        if run is None:
+            raise HTTPException(404, f"no run {run_id!r} of {dag_id!r}")
+        return dict(run.conf or {})
+
+
+@app.get("/report/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=[Depends(can_read_runs)])
+def report(dag_id: str, run_id: str) -> HTMLResponse:
+    from eagle_datagen.storage.manifest import manifest_key
+    from eagle_datagen.storage.objects import sha256_hex
+    from eagle_datagen_airflow.runs import run_id_for
+
+    if not dag_id.startswith(CATEGORY_DAG_PREFIX):
+        raise HTTPException(404, f"{dag_id!r} is not an eagle-datagen category DAG: its runs have no report")
+    conf = _dag_run_conf(dag_id, run_id)
+    output, aws_conn_id = conf.get("output") or default_output(), conf.get("aws_conn_id") or "aws_default"
+    pipeline_run = run_id_for(dag_id.removeprefix(CATEGORY_DAG_PREFIX), run_id)
+    raw = _read(output, aws_conn_id, manifest_key(pipeline_run))
+    if raw is None:
+        raise HTTPException(
+            404, f"run {pipeline_run} has published nothing under {output} (still running, a dry run, or nothing new)"
+        )
+    [entry] = [f for f in json.loads(raw)["files"] if f["kind"] == "report"]
+    page = _read(output, aws_conn_id, entry["key"])
+    if page is None or sha256_hex(page) != entry["sha256"]:
+        raise HTTPException(409, f"{entry['key']} under {output} is missing or differs from the run's manifest")
+    return HTMLResponse(page)

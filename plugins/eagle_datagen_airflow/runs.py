@@ -1,0 +1,91 @@
+"""A DAG run as the package's `RunConfig`: run ids, params and connection mapped onto settings, retries."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import ExceptionRetryPolicy, RetryAction, RetryRule
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen_airflow.deployment import Deployment
+
+UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+MAX_RUN_ID = 128
+
+# The package's expected failures (bad config, a failed diagnosis, a collision on storage) are terminal:
+# retrying cannot fix them, so the task fails at once with the package's one-line message. Everything
+# else retries with exponential backoff; a shard whose samples ran out of attempts (RetryableShardError)
+# resumes from its checkpoints, on any worker.
+RETRY_POLICY = ExceptionRetryPolicy(
+    rules=[
+        RetryRule(
+            exception="eagle_datagen.errors.DataGenError",
+            action=RetryAction.FAIL,
+            reason="an expected, terminal failure (see the message): retrying cannot fix it",
+        )
+    ]
+)
+
+DEFAULT_ARGS: dict[str, Any] = {
+    "owner": "eagle-datagen",
+    "retries": 3,
+    "retry_delay": timedelta(seconds=30),
+    "retry_exponential_backoff": 2.0,
+    "max_retry_delay": timedelta(minutes=15),
+    "retry_policy": RETRY_POLICY,
+}
+
+
+def sanitize(value: str) -> str:
+    """`value` reduced to [A-Za-z0-9_-], at most 128 characters (a hash keeps long ones distinct)."""
+    cleaned = UNSAFE.sub("-", value).strip("-")
+    if len(cleaned) > MAX_RUN_ID:
+        digest = hashlib.sha256(value.encode()).hexdigest()[:16]
+        cleaned = f"{cleaned[: MAX_RUN_ID - 17]}-{digest}"
+    return cleaned
+
+
+def run_id_for(category: str, dag_run_id: str) -> str:
+    """The pipeline's run id of a DAG run: the same for every try of every task of that DAG run, so a retry
+    on any worker continues the same run; distinct across DAG runs and categories."""
+    return sanitize(f"{category}-{dag_run_id}")
+
+
+def refuse_unknown_conf(conf: Mapping[str, Any] | None, params: Mapping[str, Any]) -> None:
+    """Airflow accepts conf keys that are not params; a misspelt setting must not be ignored silently."""
+    unknown = sorted(set(conf or {}) - set(params))
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {unknown} in the run's conf; the params are {sorted(params)}")
+
+
+def run_config(
+    category: str, recipe: str, run_id: str, params: Mapping[str, Any], deployment: Deployment
+) -> dict[str, Any]:
+    """The run's settings as JSON (what the steps take); connection ids and credentials stay out."""
+    from eagle_datagen.generation.steps import RunConfig  # not at parse time: it pulls in pyarrow
+
+    return RunConfig(
+        output=params["output"],
+        tokenizer=deployment.tokenizer,
+        sglang_urls=deployment.urls,
+        run_id=run_id,
+        recipe=recipe,
+        categories=[category],
+        profile=deployment.profile,
+        model=deployment.model,
+        limit=params["limit"],
+        max_new_tokens=params["max_new_tokens"],
+        temperature=params["temperature"],
+        top_p=params["top_p"],
+        samples_per_prompt=params["samples_per_prompt"],
+        shard_size=params["shard_size"],
+        concurrency=deployment.concurrency,
+        incremental=not params["force_regenerate"],
+        per_weight_version=True,  # new weights make every sample new
+        draft_vocab_size=params["draft_vocab_size"],
+        trust_remote_code=deployment.trust_remote_code,
+    ).to_dict()

@@ -1,0 +1,109 @@
+"""The category DAG's task bodies: the run context in, plain JSON to the package's steps, JSON out.
+
+Every step works from what earlier steps stored under the output root, so any task can run, or be
+retried, on any worker. XComs carry the run's settings and the servers' facts, never credentials.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen_airflow.deployment import object_store, sglang_deployment
+from eagle_datagen_airflow.runs import refuse_unknown_conf, run_config, run_id_for
+
+log = logging.getLogger(__name__)
+
+
+def preflight(category: str, recipe: str, params: Mapping[str, Any], dag: Any, dag_run: Any) -> dict[str, Any]:
+    """Resolve the run's settings (params, connection) and check every endpoint with a canary."""
+    from eagle_datagen.generation.steps import preflight_step
+
+    try:  # a bad setting is terminal; a server that is not ready yet is worth the task's retries
+        refuse_unknown_conf(dag_run.conf, dag.params)  # the declared params: the run's have the conf merged in
+        deployment = sglang_deployment(params["sglang_conn_id"])
+        config = run_config(category, recipe, run_id_for(category, dag_run.run_id), params, deployment)
+    except ConfigError as exc:
+        raise AirflowFailException(str(exc)) from None
+    log.info(
+        "run %s of %s: %d endpoint(s), output %s",
+        config["run_id"],
+        category,
+        len(config["sglang_urls"]),
+        config["output"],
+    )
+    with object_store(params["aws_conn_id"]):
+        servers = preflight_step(config)
+    return {"config": config, "servers": servers}
+
+
+def plan(config: dict[str, Any], servers: list[dict[str, Any]], params: Mapping[str, Any]) -> list[int]:
+    """Source, tokenize and plan (or load the plan of an earlier try); returns the shards to generate."""
+    from eagle_datagen.generation.steps import plan_step
+
+    with object_store(params["aws_conn_id"]):
+        planned = plan_step(config, servers)
+    shards = planned["shards"]
+    if params["dry_run"]:
+        log.info("dry run: %d samples in %d shard(s) planned, nothing generated", planned["samples"], len(shards))
+        shards = []
+    elif not shards:
+        log.info("nothing new to generate: every sample is already published under %s", config["output"])
+    else:
+        log.info("run %s: %d samples in %d shard(s) to generate", config["run_id"], planned["samples"], len(shards))
+    return shards
+
+
+def generate_shard(
+    config: dict[str, Any], servers: list[dict[str, Any]], shard: int, params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Generate what the shard's checkpoints lack, then validate it into data/ and quarantine/."""
+    from eagle_datagen.generation.steps import generate_shard_step
+
+    with object_store(params["aws_conn_id"]):
+        return generate_shard_step(config, servers, shard)
+
+
+def finalize(config: dict[str, Any], params: Mapping[str, Any], asset_event: Any) -> dict[str, Any]:
+    """Diagnosis, statistics, draft vocabulary, report and the manifest; the asset event says where."""
+    from eagle_datagen.generation.steps import finalize_step
+
+    with object_store(params["aws_conn_id"]):
+        summary = finalize_step(config)
+    asset_event.extra = {
+        "output": config["output"],
+        "run_id": config["run_id"],
+        "manifest": summary.get("manifest"),
+        "data": summary.get("data"),
+        "quarantine": summary.get("quarantine"),
+    }
+    return summary
+
+
+def assemble_release(
+    categories: list[str], params: Mapping[str, Any], dag_run: Any, asset_event: Any
+) -> dict[str, Any]:
+    """The release of every category's published runs under the output root; the asset event says where."""
+    from eagle_datagen.storage.output_root import open_output_root
+    from eagle_datagen_airflow.release import assemble_release, release_key
+    from eagle_datagen_airflow.runs import sanitize
+
+    release_id = sanitize(dag_run.run_id)
+    with object_store(params["aws_conn_id"]):
+        root = open_output_root(params["output"])
+        release = assemble_release(
+            root, release_id, categories, dag_run.run_after.isoformat(), params["draft_vocab_size"]
+        )
+    log.info(
+        "release %s: %d samples of %d categories from %d run(s)",
+        release_id,
+        release["counts"]["samples"],
+        len(release["categories"]),
+        len(release["runs"]),
+    )
+    asset_event.extra = {"output": params["output"], "release_id": release_id, "release": release_key(release_id)}
+    return {"release_id": release_id, "release": release_key(release_id), "counts": release["counts"]}

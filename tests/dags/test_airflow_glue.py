@@ -1,0 +1,138 @@
+"""The glue between Airflow and the package: run ids, connections, params as RunConfig."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation.stage import check_run_id
+from eagle_datagen.generation.steps import RunConfig
+
+
+def test_run_ids_are_stable_per_dag_run_and_valid_for_the_package():
+    from eagle_datagen_airflow.runs import run_id_for
+
+    scheduled = run_id_for("math", "scheduled__2026-11-29T03:00:00+00:00")
+    assert scheduled == "math-scheduled__2026-11-29T03-00-00-00-00"
+    assert run_id_for("math", "scheduled__2026-11-29T03:00:00+00:00") == scheduled  # every try, every worker
+    assert run_id_for("chat", "scheduled__2026-11-29T03:00:00+00:00") != scheduled
+    long_a, long_b = run_id_for("math", "x" * 300 + "a"), run_id_for("math", "x" * 300 + "b")
+    assert long_a != long_b and len(long_a) == 128
+    for run_id in (scheduled, long_a, run_id_for("math", "manual__2026-11-29T17:11:11.814761+00:00")):
+        check_run_id(run_id)
+        assert "." not in run_id  # manifests/run=<id>.json: the manifest listing splits on the dot
+
+
+@pytest.fixture
+def connection(monkeypatch):
+    def make(conn_id: str, **fields):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+
+    return make
+
+
+def test_sglang_connection_host_and_port(connection):
+    from eagle_datagen_airflow.deployment import sglang_deployment
+
+    connection("sglang_one", conn_type="http", host="sglang-0", port=30000, extra={"tokenizer": "/models/K"})
+    deployment = sglang_deployment("sglang_one")
+    assert deployment.urls == ["http://sglang-0:30000"] and deployment.tokenizer == "/models/K"
+    assert deployment.profile == "kimi-k2.5" and deployment.trust_remote_code is False
+
+
+def test_sglang_connection_with_replicas_and_deployment_facts(connection):
+    from eagle_datagen_airflow.deployment import sglang_deployment
+
+    extra = {
+        "urls": ["http://a:30000/", "https://b:443"],
+        "tokenizer": "/models/Kimi-K2.5",
+        "trust_remote_code": True,
+        "model": "moonshotai/Kimi-K2.5",
+        "concurrency": "64",
+    }
+    connection("sglang_many", conn_type="generic", extra=extra)
+    deployment = sglang_deployment("sglang_many")
+    assert deployment.urls == ["http://a:30000", "https://b:443"]
+    assert deployment.trust_remote_code is True and deployment.concurrency == 64
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"conn_type": "http", "host": "h", "port": 1}, "names no tokenizer"),
+        ({"conn_type": "http", "extra": {"tokenizer": "t"}}, "neither a host nor extra 'urls'"),
+        ({"conn_type": "http", "host": "h", "extra": {"tokenizer": "t", "url": "x"}}, r"unknown extra key.*'url'"),
+    ],
+)
+def test_sglang_connection_mistakes_are_one_line(connection, monkeypatch, fields, message):
+    from eagle_datagen_airflow.deployment import sglang_deployment
+
+    monkeypatch.delenv("EAGLE_DATAGEN_TOKENIZER", raising=False)
+    connection("sglang_bad", **fields)
+    with pytest.raises(ConfigError, match=message):
+        sglang_deployment("sglang_bad")
+    with pytest.raises(ConfigError, match="no Airflow connection 'sglang_missing'"):
+        sglang_deployment("sglang_missing")
+
+
+def test_aws_connection_sets_the_environment_for_the_task_only(connection, monkeypatch):
+    import os
+
+    from eagle_datagen_airflow.deployment import object_store
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    extra = {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"}
+    connection("aws_store", conn_type="aws", login="KEY", password="SECRET", extra=extra)
+    with object_store("aws_store"):
+        assert os.environ["AWS_ACCESS_KEY_ID"] == "KEY" and os.environ["AWS_SECRET_ACCESS_KEY"] == "SECRET"
+        assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9"
+        assert os.environ["AWS_DEFAULT_REGION"] == "eu-west-1"
+    assert os.environ["AWS_ACCESS_KEY_ID"] == "from-env" and "AWS_ENDPOINT_URL" not in os.environ
+    with object_store("aws_missing"):  # no connection: the worker's environment as it is
+        assert os.environ["AWS_ACCESS_KEY_ID"] == "from-env"
+
+
+def test_params_become_a_run_config():
+    from eagle_datagen_airflow.deployment import Deployment
+    from eagle_datagen_airflow.runs import refuse_unknown_conf, run_config
+
+    params = {
+        "output": "s3://eagle/datagen",
+        "limit": None,
+        "samples_per_prompt": 2,
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "max_new_tokens": 4096,
+        "shard_size": 500,
+        "draft_vocab_size": 32000,
+        "force_regenerate": False,
+    }
+    config = run_config("math", "/r.yaml", "math-x", params, Deployment(urls=["http://a:1"], tokenizer="tok"))
+    parsed = RunConfig.from_dict(json.loads(json.dumps(config)))
+    assert parsed.categories == ["math"] and parsed.incremental and parsed.per_weight_version
+    assert (parsed.temperature, parsed.samples_per_prompt, parsed.shard_size) == (0.6, 2, 500)
+    assert not run_config("math", "/r.yaml", "m", params | {"force_regenerate": True}, Deployment(["u"], "t"))[
+        "incremental"
+    ]
+    refuse_unknown_conf({"temperature": 1}, params)
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) \['temprature'\]"):
+        refuse_unknown_conf({"temprature": 1}, params)
+
+
+def test_retry_policy_retries_transient_failures_and_fails_terminal_ones_at_once():
+    from airflow.sdk import RetryAction
+
+    from eagle_datagen.generation.steps import RetryableShardError
+    from eagle_datagen.validation.diagnosis import ValidationFailed
+    from eagle_datagen_airflow.runs import RETRY_POLICY
+
+    def action(exc: BaseException) -> RetryAction:
+        return RETRY_POLICY.evaluate(exc, try_number=1, max_tries=4).action
+
+    assert action(RetryableShardError("3 samples ran out of attempts")) is RetryAction.DEFAULT  # retried
+    assert action(ConfigError("bad recipe")) is RetryAction.FAIL
+    assert action(ValidationFailed(["73% of samples have no </think>"])) is RetryAction.FAIL
+    assert action(ConnectionResetError()) is RetryAction.DEFAULT

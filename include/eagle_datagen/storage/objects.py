@@ -17,7 +17,6 @@ import hashlib
 import logging
 import os
 import random
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.objectstore.s3 import describe_error, s3_client
-from eagle_datagen.storage.output_root import LocalOutputRoot, OutputRoot, S3OutputRoot
+from eagle_datagen.storage.output_root import LocalOutputRoot, OutputRoot, S3OutputRoot, staged_file
 
 log = logging.getLogger(__name__)
 PART_SIZE = 16 * 1024 * 1024
@@ -181,13 +180,7 @@ def _put_s3(root: S3OutputRoot, key: str, data: bytes) -> None:
 
 def _put_local(root: LocalOutputRoot, key: str, data: bytes) -> None:
     target = Path(root.location(key))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+    with staged_file(target, data) as tmp:
         try:
             os.link(tmp, target)  # atomic, and unlike rename it refuses to replace an existing file
         except FileExistsError:
@@ -196,8 +189,6 @@ def _put_local(root: LocalOutputRoot, key: str, data: bytes) -> None:
                     f"{target} already holds other content: a committed file is never overwritten "
                     "(use a new --run-id, or remove the stale file if you are sure it is garbage)"
                 ) from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def put_once(root: OutputRoot, key: str, data: bytes) -> StoredObject:

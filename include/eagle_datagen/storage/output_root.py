@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -28,6 +30,22 @@ class OutputRoot(Protocol):
     def location(self, key: str) -> str: ...
 
 
+@contextmanager
+def staged_file(target: Path, data: bytes) -> Iterator[str]:
+    """`data` written and synced to a hidden temporary file beside `target`, removed when the block ends
+    (after the caller has renamed or linked it into place)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        yield tmp
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
 @dataclass
 class LocalOutputRoot:
     uri: str
@@ -41,17 +59,8 @@ class LocalOutputRoot:
 
     def write_bytes(self, key: str, data: bytes) -> str:
         target = self.path / key
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
+        with staged_file(target, data) as tmp:
             os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         return str(target)
 
     def read_bytes(self, key: str) -> bytes:

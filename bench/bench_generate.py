@@ -444,8 +444,8 @@ def instant_comparison(requests: int, repeats: int, shard_size: int, workdir: Pa
     figures: dict[str, dict[str, list]] = {
         name: {"req_s": [], "loop_req_s": [], "cpu_per_1k": [], "background": []} for name in ("baseline", "ours")
     }
-    # One core each (server on CPU 0, clients on CPU 1 where there are two): the kernel moving two busy
-    # processes around two cores made rounds vary by up to 3x; pinned, they vary by about 20%.
+    # One core each (server on CPU 0, clients on CPU 1 where there are two): with the kernel moving the two
+    # busy processes around two cores, rounds varied by up to 3x (700-2,300 requests/s); pinned, much less.
     server_cpus, client_cpus = ({0}, {1}) if len(os.sched_getaffinity(0)) >= 2 else (None, None)
     with Servers("instant", 1, server_cpus) as servers:
         window = math.ceil(1.25 * SLOTS)  # run_generation's default window for a 64-slot server

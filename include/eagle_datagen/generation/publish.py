@@ -141,24 +141,26 @@ def publish_shard(root: OutputRoot, plan: RunPlan, index: int, profile: ModelPro
     return len(rows)
 
 
-def _committed(root: OutputRoot, key: str, kind: str, category: str) -> tuple[ManifestFile, pa.Table] | None:
-    if key not in root.list(key):
-        return None
-    data = root.read_bytes(key)
-    table = decode_shard(data)
-    stored = StoredObject(key, sha256_hex(data), len(data))
-    return ManifestFile.of(stored, kind, rows=table.num_rows, category=category), table  # type: ignore[arg-type]
+def _committed_keys(root: OutputRoot, plan: RunPlan) -> set[str]:
+    """The run's stored shard files: one listing per category and kind, not one per shard."""
+    keys: set[str] = set()
+    for category in {info.category for info in plan.shards}:
+        for key in (data_key, quarantine_key):
+            keys.update(root.list(key(plan.run_id, category, 0).rsplit("/", 1)[0] + "/"))
+    return keys
 
 
-def _shard_files(root: OutputRoot, plan: RunPlan) -> Iterator[tuple[ManifestFile, pa.Table]]:
+def _shard_files(root: OutputRoot, plan: RunPlan, committed: set[str]) -> Iterator[tuple[ManifestFile, pa.Table]]:
     for info in plan.shards:
         for kind, key in (
             ("data", data_key(plan.run_id, info.category, info.index)),
             ("quarantine", quarantine_key(plan.run_id, info.category, info.index)),
         ):
-            found = _committed(root, key, kind, info.category)
-            if found is not None:
-                yield found
+            if key in committed:
+                data = root.read_bytes(key)
+                table = decode_shard(data)
+                stored = StoredObject(key, sha256_hex(data), len(data))
+                yield ManifestFile.of(stored, kind, rows=table.num_rows, category=info.category), table  # type: ignore[arg-type]
 
 
 def _put_derived(root: OutputRoot, key: str, data: bytes) -> StoredObject:
@@ -184,14 +186,15 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
     reasons: Counter[str] = Counter()
     by_category: dict[str, Counter[str]] = {}
     tokens = TokenCounter(profile.vocab_size)
-    missing = []
-    for info in plan.shards:
-        keys = [key(plan.run_id, info.category, info.index) for key in (data_key, quarantine_key)]
-        if not any(k in root.list(k) for k in keys):
-            missing.append(info.index)
+    committed = _committed_keys(root, plan)
+    missing = [
+        info.index
+        for info in plan.shards
+        if not any(key(plan.run_id, info.category, info.index) in committed for key in (data_key, quarantine_key))
+    ]
     if missing:
         raise DataGenError(f"run {plan.run_id}: shards {missing[:10]} are not published yet: publish them first")
-    for entry, table in _shard_files(root, plan):
+    for entry, table in _shard_files(root, plan, committed):
         files.append(entry)
         counts = by_category.setdefault(entry.category or "?", Counter())
         counts[entry.kind] += table.num_rows

@@ -143,11 +143,19 @@ def category_settings(
     return settings
 
 
-def _canary_body(setup: TokenizeSetup, sampling: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
+def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | None = None) -> dict[str, Any] | None:
+    """The preflight's canary /generate body, with the run's own sampling (its plan's, when it has one)."""
+    if not options.canary:
+        return None
+    if plan is not None:
+        sampling = next(iter(plan.categories.values())).sampling
+    else:
+        settings = category_settings(["canary"], setup.recipe, setup.profile.sampling, options.sampling)
+        sampling = settings["canary"].sampling
     ids = setup.loaded.tokenizer.apply_chat_template(
         CANARY_MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False
     )
-    params = sampling | {"max_new_tokens": max_new_tokens, "sampling_seed": 1}
+    params = sampling | {"max_new_tokens": options.canary_max_new_tokens, "sampling_seed": 1}
     return {"input_ids": ids, "sampling_params": params, "rid": f"eagle-datagen-canary-{secrets.token_hex(4)}"}
 
 
@@ -269,12 +277,7 @@ def run_generation(options: RunOptions) -> RunSummary:
     root = open_output_root(options.prompts.output)
     existing = load_plan(root, run_id)
     model = options.model or setup.profile.model
-    canary_sampling = (
-        next(iter(existing.categories.values())).sampling
-        if existing
-        else category_settings(["canary"], setup.recipe, setup.profile.sampling, options.sampling)["canary"].sampling
-    )
-    canary = _canary_body(setup, canary_sampling, options.canary_max_new_tokens) if options.canary else None
+    canary = canary_request(setup, options, existing)
     servers = asyncio.run(
         preflight(
             options.sglang_urls,

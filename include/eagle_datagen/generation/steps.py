@@ -24,6 +24,7 @@ from eagle_datagen.generation.stage import (
     NothingToDo,
     RunOptions,
     SamplingOverrides,
+    canary_request,
     check_run_id,
     generate_pending,
     prepare_plan,
@@ -117,13 +118,10 @@ def _servers(raw: list[dict[str, Any]]) -> list[ServerInfo]:
 
 def preflight_step(config: RunConfig | dict[str, Any]) -> list[dict[str, Any]]:
     """Check tokenizer, profile and every endpoint (with a canary); returns the servers' facts."""
-    from eagle_datagen.generation.stage import _canary_body, category_settings
-
     cfg = _config(config)
     options = cfg.options()
     setup = setup_tokenize(options.prompts)
-    sampling = category_settings(["canary"], setup.recipe, setup.profile.sampling, options.sampling)["canary"].sampling
-    canary = _canary_body(setup, sampling, options.canary_max_new_tokens) if cfg.canary else None
+    canary = canary_request(setup, options)
     servers = asyncio.run(preflight(cfg.sglang_urls, setup.profile, cfg.model or setup.profile.model, canary))
     return [dataclasses.asdict(s) for s in servers]
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -84,17 +85,28 @@ def test_demo_recipe_end_to_end(tmp_path):
     assert "resumed" in result.stdout and "238 generated now" in result.stdout
 
 
+def settled_generations(sim) -> int:
+    """The server's generation count once its handlers are done (it counts after answering)."""
+    deadline = time.monotonic() + 10
+    while (stats := sim.stats())["running"] or stats["queued"]:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    time.sleep(0.05)
+    return sim.stats()["generations"]
+
+
 def test_rerun_of_a_finished_run_generates_nothing(tmp_path):
     src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"q{i}") for i in range(12)])
     with SimServerThread(SimConfig().with_profile("instant")) as sim:
         first = run_cli(
             "--prompts", str(src), "--sglang-url", sim.url, "--output", str(tmp_path / "o"), "--run-id", "r"
         )
-        served = sim.stats()["generations"]
+        served = settled_generations(sim)
         second = run_cli(
             "--prompts", str(src), "--sglang-url", sim.url, "--output", str(tmp_path / "o"), "--run-id", "r"
         )
-        assert sim.stats()["generations"] - served == 1  # only the canary
+        assert settled_generations(sim) - served == 1  # only the canary
     assert first.returncode == second.returncode == 0, second.stderr
     assert "12 resumed from checkpoints, 0 generated now" in second.stdout
     assert len(generated_rows(tmp_path / "o", "r")) == 12

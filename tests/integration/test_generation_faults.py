@@ -13,37 +13,17 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from eagle_datagen.generation.checkpoint import CheckpointPolicy
 from eagle_datagen.generation.publish import PublishOptions
-from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
+from eagle_datagen.generation.stage import SamplingOverrides, run_generation
 from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
-from eagle_datagen.tokenization.stage import TokenizeOptions
 from eagle_datagen.validation.diagnosis import DiagnosisThresholds, ValidationFailed
-
-from conftest import user_record, write_jsonl
+from generation_runs import run_options as options
 
 pytestmark = pytest.mark.slow
 PROMPTS = 30
-
-
-def options(tmp_path: Path, urls: list[str], run_id: str = "r", **changes) -> RunOptions:
-    src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"question {i}: " + "word " * i) for i in range(PROMPTS)])
-    base = dict(
-        prompts=TokenizeOptions(output=str(tmp_path / "out"), tokenizer="standin:kimi-k2.5", prompts=[str(src)]),
-        sglang_urls=urls,
-        run_id=run_id,
-        sampling=SamplingOverrides(max_new_tokens=1000),
-        shard_size=10,
-        retry=RetryPolicy(max_attempts=10, base_delay_s=0.01, max_delay_s=0.05),
-        checkpoint=CheckpointPolicy(max_samples=8, max_age_s=0.2),
-        publish=PublishOptions(draft_vocab_size=100),
-        canary=False,
-        preflight_wait_s=2,
-    )
-    return RunOptions(**(base | changes))
 
 
 def rows(tmp_path: Path, run_id: str = "r") -> list[dict]:

@@ -1,5 +1,5 @@
-"""Helpers shared by the generation tests: run options against stand-in servers, and `eagle-datagen run`
-as a subprocess that a test can SIGKILL on cue."""
+"""Helpers shared by the generation tests: run options against stand-in servers, actions on cue (once the
+servers have generated so many samples), and `eagle-datagen run` as a subprocess that a test can SIGKILL."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from eagle_datagen.generation.checkpoint import CheckpointPolicy
 from eagle_datagen.generation.publish import PublishOptions
 from eagle_datagen.generation.stage import RunOptions, SamplingOverrides
 from eagle_datagen.inference.retry import RetryPolicy
+from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.tokenization.stage import TokenizeOptions
 
 from conftest import REPO, user_record, write_jsonl
@@ -44,6 +46,33 @@ def run_options(
         preflight_wait_s=2,
     )
     return RunOptions(**(base | changes))
+
+
+def generations(servers: list[SimServerThread]) -> int:
+    return sum(server.stats()["generations"] for server in servers)
+
+
+def after_generations(
+    servers: list[SimServerThread],
+    count: int,
+    action: Callable[[], object],
+    stop: threading.Event | None = None,
+    timeout_s: float = 120,
+) -> threading.Thread:
+    """A started thread that runs `action` once the servers have generated `count` samples, so a fault lands
+    mid-run however fast the machine is (not on a timer). It gives up if `stop` is set or after timeout_s."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while not (stop is not None and stop.is_set()) and time.monotonic() < deadline:
+            if generations(servers) >= count:
+                action()
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
 
 
 def checkpointed_samples(root: Path, run_id: str) -> int:

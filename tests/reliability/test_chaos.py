@@ -26,7 +26,7 @@ from eagle_datagen.objectstore.fault_proxy import S3FaultProxy
 from eagle_datagen.objectstore.seaweedfs import SeaweedFS
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
-from generation_runs import Invocation, run_cli
+from generation_runs import Invocation, after_generations, generations, run_cli
 
 from conftest import REPO, user_record, write_jsonl
 
@@ -95,27 +95,6 @@ def replica_config(seed: int) -> SimConfig:
     )
 
 
-def generated(replicas: list[SimServerThread]) -> int:
-    return sum(r.stats()["generations"] for r in replicas)
-
-
-def when_generated(replicas: list[SimServerThread], count: int, action, name: str, done: list[str], stop):
-    """A thread that runs `action` once the replicas have generated `count` samples (whatever the speed),
-    unless `stop` is set first."""
-
-    def watch() -> None:
-        while not stop.is_set():
-            if generated(replicas) >= count:
-                action()
-                done.append(name)
-                return
-            time.sleep(0.02)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
-
-
 def chaos(root: str, scale: Scale, tmp_path: Path, env: dict[str, str], store_restart=None) -> ChaosLog:
     """Kill and restart the run at seeded points until it finishes; restart a replica (and the store) on cue."""
     rng = random.Random(SEED)
@@ -142,16 +121,21 @@ def chaos(root: str, scale: Scale, tmp_path: Path, env: dict[str, str], store_re
     with SimServerThread(replica_config(SEED)) as a, SimServerThread(replica_config(SEED + 1)) as b:
         replicas = [a, b]
         args += ["--sglang-url", a.url, "--sglang-url", b.url]
-        watchers = [when_generated(replicas, restart_replica_at, lambda: b.restart(1.0), "replica", events, stop)]
+        watchers = [after_generations(replicas, restart_replica_at, lambda: b.restart(1.0), stop, timeout_s=600)]
         if store_restart is not None:
-            watchers.append(when_generated(replicas, restart_store_at, store_restart, "store", events, stop))
+
+            def restart_store() -> None:
+                store_restart()
+                events.append("store")
+
+            watchers.append(after_generations(replicas, restart_store_at, restart_store, stop, timeout_s=600))
         try:
             for count in kill_at:
-                before = generated(replicas)
-                run = run_cli(args, kill_when=lambda count=count: generated(replicas) >= count, env=env)
+                before = generations(replicas)
+                run = run_cli(args, kill_when=lambda count=count: generations(replicas) >= count, env=env)
                 log.invocations.append(run)
                 if run.killed:
-                    now = generated(replicas)
+                    now = generations(replicas)
                     this_run = f" (+{now - before:,})" if now > before else ", at start-up"
                     log.kills.append(f"at {now:,} generations{this_run}")
                 assert run.killed or run.returncode in (0, 3), run.stderr[-3000:]

@@ -28,7 +28,7 @@ from eagle_datagen.objectstore.seaweedfs import SeaweedFS
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.validation.diagnosis import ValidationFailed
-from generation_runs import checkpointed_samples, run_cli, run_options
+from generation_runs import after_generations, checkpointed_samples, run_cli, run_options
 
 from conftest import REPO, user_record, write_jsonl
 
@@ -160,15 +160,7 @@ def test_the_preflight_canary_rides_out_transient_faults(tmp_path, fault_table, 
 def test_a_server_restarting_mid_run_is_waited_for(tmp_path, fault_table):
     config = SimConfig(decode_s_per_token=0.001, output_tokens_min=20, output_tokens_max=40, max_running_requests=8)
     with SimServerThread(config) as sim:
-
-        def restart_once_busy() -> None:  # once it has served some requests, whatever the machine's speed
-            deadline = time.monotonic() + 60
-            while sim.stats()["generations"] < 10 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            sim.restart(0.5)
-
-        restarter = threading.Thread(target=restart_once_busy)
-        restarter.start()
+        restarter = after_generations([sim], 10, lambda: sim.restart(0.5))
         summary = run_generation(run_options(tmp_path, [sim.url], sampling=sampling()))
         restarter.join()
         stats = sim.stats()
@@ -448,17 +440,13 @@ def test_the_object_store_down_for_seconds_mid_generation(tmp_path, proxied, sto
     with SimServerThread(config) as sim:
 
         def stop_for_a_while() -> None:
-            deadline = time.monotonic() + 60
-            while sim.stats()["generations"] < 20 and time.monotonic() < deadline:
-                time.sleep(0.01)
             started = time.monotonic()
             store.stop()
             time.sleep(5.0)
             store.start()
             outage["s"] = time.monotonic() - started
 
-        outages = threading.Thread(target=stop_for_a_while)
-        outages.start()
+        outages = after_generations([sim], 20, stop_for_a_while)
         uri = "s3://eagle/m20"
         try:
             summary = run_generation(run_options(tmp_path, [sim.url], sampling=sampling(), output=uri))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
@@ -17,7 +19,12 @@ def client_error(code: str, status: int) -> ClientError:
 def no_waiting(monkeypatch):
     slept = []
     monkeypatch.setattr(s3.time, "sleep", slept.append)
+    monkeypatch.setattr(s3, "_store_answered", threading.Event())  # a process that has not met the store yet
     return slept
+
+
+def refused() -> None:
+    raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
 
 
 @pytest.mark.parametrize(
@@ -59,12 +66,18 @@ def test_other_errors_propagate_unchanged_at_once(error, no_waiting):
 def test_a_store_that_stays_down_ends_in_one_line(monkeypatch):
     clock = iter(range(0, 10_000, 7))  # each look at the clock: 7 s later
     monkeypatch.setattr(s3.time, "monotonic", lambda: next(clock))
-
-    def down() -> None:
-        raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
-
     with pytest.raises(DataGenError) as info:
-        s3.retry_transient("write s3://b/checkpoints/c.jsonl", down, give_up_after_s=60)
+        s3.retry_transient("write s3://b/checkpoints/c.jsonl", refused, give_up_after_s=60)
     message = str(info.value)
     assert message.startswith("cannot write s3://b/checkpoints/c.jsonl: Could not connect to the endpoint URL")
     assert "still failing after 63s and 9 attempts" in message and "\n" not in message
+
+
+def test_a_store_that_never_answered_fails_in_seconds_one_that_did_gets_minutes(monkeypatch):
+    clock = iter(range(0, 100_000))  # each look at the clock: 1 s later
+    monkeypatch.setattr(s3.time, "monotonic", lambda: next(clock))
+    with pytest.raises(DataGenError, match=r"still failing after [5-6]s"):  # a wrong AWS_ENDPOINT_URL
+        s3.retry_transient("list s3://b/p/", refused)
+    assert s3.retry_transient("list s3://b/p/", lambda: ["k"]) == ["k"]  # the store answers: it is there
+    with pytest.raises(DataGenError, match=r"still failing after 12[0-1]s"):  # now a restart is waited out
+        s3.retry_transient("list s3://b/p/", refused)

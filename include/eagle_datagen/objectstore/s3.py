@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -44,7 +45,10 @@ TRANSIENT_CODES = {
 # How long the store may keep failing (a restart, a failover, throttling) before the operation gives up.
 # boto3's own retries give up after a few seconds of connection refused, which a store restart outlasts.
 STORE_GIVE_UP_S = 120.0
+# A store that has never answered this process is more likely a wrong AWS_ENDPOINT_URL than a restart.
+FIRST_CONTACT_GIVE_UP_S = 5.0
 MAX_STORE_DELAY_S = 5.0
+_store_answered = threading.Event()  # set by the first answer of the store, whatever it said
 
 
 @dataclass(frozen=True)
@@ -102,21 +106,30 @@ def is_transient(exc: BaseException) -> bool:
 
 def retry_transient(what: str, call: Callable[[], T], give_up_after_s: float | None = None) -> T:
     """`call()`, retrying transient store errors with backoff and full jitter until they have gone on for
-    `give_up_after_s` (then a DataGenError: "cannot {what}: ..."). Other errors propagate unchanged."""
-    give_up_after_s = STORE_GIVE_UP_S if give_up_after_s is None else give_up_after_s
+    `give_up_after_s` (then a DataGenError: "cannot {what}: ..."). Other errors propagate unchanged.
+
+    By default a store gets STORE_GIVE_UP_S to come back, but only FIRST_CONTACT_GIVE_UP_S while it has
+    never answered this process at all: an endpoint that is wrong fails in seconds, not minutes."""
     started = time.monotonic()
     attempt = 0
     while True:
         try:
-            return call()
+            result = call()
+            _store_answered.set()
+            return result
         except DataGenError:
             raise
         except Exception as exc:
+            if isinstance(exc, ClientError):
+                _store_answered.set()  # an error answer is an answer: the store is there
             if not is_transient(exc):
                 raise
             attempt += 1
             waited = time.monotonic() - started
-            if waited >= give_up_after_s:
+            limit = give_up_after_s
+            if limit is None:
+                limit = STORE_GIVE_UP_S if _store_answered.is_set() else FIRST_CONTACT_GIVE_UP_S
+            if waited >= limit:
                 raise DataGenError(
                     f"cannot {what}: {describe_error(exc)} (still failing after {waited:.0f}s and {attempt} attempts)"
                 ) from None

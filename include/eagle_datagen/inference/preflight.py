@@ -7,8 +7,8 @@
 4. a canary generation ends in the EOS, carries `</think>` and no `<think>`, and counts its own tokens.
 A misconfigured server stops the run with one line that says what is wrong and how to fix it. A server that
 is only busy or flaky does not: transient failures (503, 429, 408, other 5xx, HTTP-200 aborts, dropped
-connections, timeouts) are retried, and a canary that fails a content check is sent again with another
-seed, so one odd sample (which a run would simply quarantine) is not taken for a misconfiguration.
+connections) are retried, and a canary that fails a content check is sent again with another seed, so one
+odd sample (which a run would simply quarantine) is not taken for a misconfiguration.
 """
 
 from __future__ import annotations

@@ -6,44 +6,23 @@ Nothing is lost and nothing is stored twice: every planned sample appears exactl
 from __future__ import annotations
 
 import re
-import threading
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from eagle_datagen.generation.checkpoint import CheckpointPolicy
 from eagle_datagen.generation.publish import PublishOptions
-from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
+from eagle_datagen.generation.stage import SamplingOverrides, run_generation
 from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
-from eagle_datagen.tokenization.stage import TokenizeOptions
 from eagle_datagen.validation.diagnosis import DiagnosisThresholds, ValidationFailed
-
-from conftest import user_record, write_jsonl
+from generation_runs import after_generations
+from generation_runs import run_options as options
 
 pytestmark = pytest.mark.slow
 PROMPTS = 30
-
-
-def options(tmp_path: Path, urls: list[str], run_id: str = "r", **changes) -> RunOptions:
-    src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"question {i}: " + "word " * i) for i in range(PROMPTS)])
-    base = dict(
-        prompts=TokenizeOptions(output=str(tmp_path / "out"), tokenizer="standin:kimi-k2.5", prompts=[str(src)]),
-        sglang_urls=urls,
-        run_id=run_id,
-        sampling=SamplingOverrides(max_new_tokens=1000),
-        shard_size=10,
-        retry=RetryPolicy(max_attempts=10, base_delay_s=0.01, max_delay_s=0.05),
-        checkpoint=CheckpointPolicy(max_samples=8, max_age_s=0.2),
-        publish=PublishOptions(draft_vocab_size=100),
-        canary=False,
-        preflight_wait_s=2,
-    )
-    return RunOptions(**(base | changes))
 
 
 def rows(tmp_path: Path, run_id: str = "r") -> list[dict]:
@@ -163,15 +142,7 @@ def test_samples_out_of_retries_are_left_for_a_rerun(tmp_path):
 def test_two_replicas_share_the_work_and_survive_a_restart(tmp_path):
     slow = SimConfig(decode_s_per_token=0.001, output_tokens_min=20, output_tokens_max=40, max_running_requests=4)
     with SimServerThread(slow) as a, SimServerThread(slow) as b:
-
-        def restart_b_mid_run() -> None:  # once b has served some requests, whatever the machine's speed
-            deadline = time.monotonic() + 60
-            while b.stats()["generations"] < 10 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            b.restart(0.5)
-
-        restart = threading.Thread(target=restart_b_mid_run)
-        restart.start()
+        restart = after_generations([b], 10, lambda: b.restart(0.5))  # once b has served some requests
         summary = run_generation(
             options(tmp_path, [a.url, b.url], sampling=SamplingOverrides(max_new_tokens=1000, samples_per_prompt=4))
         )

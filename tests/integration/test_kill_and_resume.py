@@ -3,41 +3,26 @@ present exactly once, and no more than the in-flight window was generated twice.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-
 import pyarrow.parquet as pq
 import pytest
 
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
+from generation_runs import checkpointed_samples, run_cli
 
-from conftest import REPO, user_record, write_jsonl
+from conftest import user_record, write_jsonl
 
 pytestmark = pytest.mark.slow
 WINDOW = 4
 PROMPTS, SAMPLES_PER_PROMPT = 60, 2
 
 
-def checkpointed(root) -> int:
-    return sum(len(p.read_bytes().splitlines()) for p in root.glob("checkpoints/run=k/shard=*/chunk-*.jsonl"))
-
-
 def test_sigkill_mid_shard_then_resume(tmp_path):
     src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"prompt number {i}") for i in range(PROMPTS)])
     out = tmp_path / "out"
     args = [
-        sys.executable,
-        "-m",
-        "eagle_datagen.cli",
-        "run",
         "--prompts",
         str(src),
-        "--tokenizer",
-        "standin:kimi-k2.5",
         "--output",
         str(out),
         "--run-id",
@@ -59,19 +44,12 @@ def test_sigkill_mid_shard_then_resume(tmp_path):
     )
     with SimServerThread(config) as sim:
         url = ["--sglang-url", sim.url]
-        first = subprocess.Popen(
-            args + url, cwd=REPO, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        deadline = time.monotonic() + 120
-        while checkpointed(out) < total // 3 and time.monotonic() < deadline and first.poll() is None:
-            time.sleep(0.05)
-        assert first.poll() is None, "the run finished before it could be killed"
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=30)
-        done_before = checkpointed(out)
+        first = run_cli(args + url, kill_when=lambda: checkpointed_samples(out, "k") >= total // 3, timeout_s=120)
+        assert first.killed, f"the run finished before it could be killed: {first.stderr[-2000:]}"
+        done_before = checkpointed_samples(out, "k")
         assert total // 3 <= done_before < total
 
-        second = subprocess.run(args + url, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=300)
+        second = run_cli(args + url)
         generations = sim.stats()["generations"]
 
     assert second.returncode == 0, second.stderr

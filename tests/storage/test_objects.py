@@ -7,6 +7,7 @@ import hashlib
 import pytest
 
 from eagle_datagen.errors import DataGenError
+from eagle_datagen.objectstore.s3 import TRANSIENT_CODES
 from eagle_datagen.storage import objects
 from eagle_datagen.storage.objects import ObjectCollision, expected_s3_checksum, put_once
 from eagle_datagen.storage.output_root import LocalOutputRoot, S3OutputRoot
@@ -69,7 +70,7 @@ def test_seaweedfs_rejects_a_wrong_checksum_and_put_once_retries_it(s3_root, mon
     wrong = objects._b64(hashlib.sha256(b"not the data").digest())
     with pytest.raises(Exception) as info:
         client.put_object(Bucket=bucket, Key=key, Body=b"the data", ChecksumSHA256=wrong)
-    assert info.value.response["Error"]["Code"] in objects.TRANSIENT_CODES  # BadDigest: the store checked
+    assert info.value.response["Error"]["Code"] in TRANSIENT_CODES  # BadDigest: the store checked
 
     real_b64, calls = objects._b64, []
 
@@ -78,7 +79,7 @@ def test_seaweedfs_rejects_a_wrong_checksum_and_put_once_retries_it(s3_root, mon
         return wrong if len(calls) == 1 else real_b64(digest)
 
     monkeypatch.setattr(objects, "_b64", corrupt_first)
-    monkeypatch.setattr(objects.time, "sleep", lambda s: None)
+    monkeypatch.setattr("time.sleep", lambda s: None)
     put_once(s3_root, "corrupt.bin", b"the data")
     assert s3_root.read_bytes("corrupt.bin") == b"the data"
 

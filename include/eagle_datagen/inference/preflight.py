@@ -5,7 +5,10 @@
 3. `/get_server_info` reports the version (0.5.0-0.5.4 echo the prompt tail into output_ids) and the
    number of running slots, which sizes the client's concurrency window;
 4. a canary generation ends in the EOS, carries `</think>` and no `<think>`, and counts its own tokens.
-A misconfigured server stops the run with one line that says what is wrong and how to fix it.
+A misconfigured server stops the run with one line that says what is wrong and how to fix it. A server that
+is only busy or flaky does not: transient failures (503, 429, 408, other 5xx, HTTP-200 aborts, dropped
+connections) are retried, and a canary that fails a content check is sent again with another seed, so one
+odd sample (which a run would simply quarantine) is not taken for a misconfiguration.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -22,10 +27,37 @@ from typing import Any
 import aiohttp
 
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.inference.retry import RetryPolicy, failure_from_status
 from eagle_datagen.profile import ModelProfile
 
 log = logging.getLogger(__name__)
 ECHO_BUG_VERSIONS = re.compile(r"^v?0\.5\.[0-4](\D|$)")
+# Attempts per preflight request for transient failures; backoff as for generation requests.
+PREFLIGHT_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.5, max_delay_s=4.0)
+CANARY_TRIES = 3  # canaries (each with its own seed) that must all fail a content check to stop the run
+
+
+class _Transient(Exception):
+    """A preflight request failed in a way that another attempt can cure."""
+
+
+async def _retried(url: str, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
+    """`call()` until it returns, retrying transient failures; after the last attempt one ConfigError line."""
+    rng = random.Random()
+    for attempt in range(1, PREFLIGHT_RETRY.max_attempts + 1):
+        try:
+            return await call()
+        except TimeoutError:  # the session's timeout is long: waiting that long again would not help
+            raise ConfigError(f"SGLang at {url} did not answer {what} in time: check that it is not stuck") from None
+        except (_Transient, aiohttp.ClientError) as exc:
+            problem = str(exc) if isinstance(exc, _Transient) else f"{type(exc).__name__}: {exc}"
+            if attempt == PREFLIGHT_RETRY.max_attempts:
+                raise ConfigError(
+                    f"SGLang at {url} kept failing {what} ({attempt} attempts, last: {problem[:200]}): check that "
+                    "it is healthy and not overloaded, then run again"
+                ) from None
+            log.warning("SGLang at %s failed %s (%s); retrying", url, what, problem[:200])
+            await asyncio.sleep(PREFLIGHT_RETRY.delay(attempt, rng))
 
 
 @dataclass(frozen=True)
@@ -52,10 +84,17 @@ def same_model(served: str, expected: str) -> bool:
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str, path: str) -> Any:
-    async with session.get(url.rstrip("/") + path) as response:
-        if response.status != 200:
-            raise ConfigError(f"SGLang at {url} answered {response.status} to GET {path}: is this an SGLang server?")
-        return await response.json(content_type=None)
+    async def get() -> Any:
+        async with session.get(url.rstrip("/") + path) as response:
+            if response.status != 200:
+                if failure_from_status(response.status, "").transient:
+                    raise _Transient(f"{response.status} to GET {path}")
+                raise ConfigError(
+                    f"SGLang at {url} answered {response.status} to GET {path}: is this an SGLang server?"
+                )
+            return await response.json(content_type=None)
+
+    return await _retried(url, f"GET {path}", get)
 
 
 async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float) -> None:
@@ -115,6 +154,60 @@ def check_canary(url: str, answer: Any, profile: ModelProfile) -> list[str]:
     return []
 
 
+async def _canary_answer(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Any:
+    """The canary's answer, with transient failures retried (each attempt with its own rid)."""
+    attempts = iter(range(1, PREFLIGHT_RETRY.max_attempts + 1))
+
+    async def post() -> Any:
+        attempt = next(attempts)
+        rid = body["rid"] if attempt == 1 else f"{body['rid']}-r{attempt}"
+        async with session.post(url.rstrip("/") + "/generate", json=body | {"rid": rid}) as response:
+            raw = await response.read()
+        text = raw[:200].decode(errors="replace").strip()
+        if response.status != 200:
+            if failure_from_status(response.status, text).transient:
+                raise _Transient(f"{response.status}: {text}")
+            raise ConfigError(
+                f"SGLang at {url} answered {response.status} to the canary generation ({text}): check the "
+                "sampling parameters"
+            )
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            raise ConfigError(f"SGLang at {url} answered the canary with {text!r}, not JSON: is this SGLang?") from None
+        one = answer[0] if isinstance(answer, list) and len(answer) == 1 else answer
+        finish = ((one.get("meta_info") or {}).get("finish_reason") or {}) if isinstance(one, dict) else {}
+        if finish.get("type") == "abort" and attempt < PREFLIGHT_RETRY.max_attempts:
+            raise _Transient(f"abort: {finish.get('message')}")  # the last one is judged (and refused) below
+        return answer
+
+    return await _retried(url, "the canary generation", post)
+
+
+def _canary_try(canary_body: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """The canary again with another seed: a real model answers differently, a misconfigured server fails again."""
+    if attempt == 1:
+        return canary_body
+    params = canary_body["sampling_params"]
+    return canary_body | {
+        "sampling_params": params | {"sampling_seed": params.get("sampling_seed", 0) + attempt - 1},
+        "rid": f"{canary_body['rid']}-c{attempt}",
+    }
+
+
+async def judge_canary(
+    session: aiohttp.ClientSession, url: str, canary_body: dict[str, Any], profile: ModelProfile
+) -> list[str]:
+    """Warnings from the first canary that passes its checks; the error of the last when CANARY_TRIES fail."""
+    for attempt in range(1, CANARY_TRIES):
+        answer = await _canary_answer(session, url, _canary_try(canary_body, attempt))
+        try:
+            return check_canary(url, answer, profile)
+        except ConfigError as exc:  # what the answer holds, not how it was served: worth another seed
+            log.warning("canary %d of %d from %s failed (%s); trying another seed", attempt, CANARY_TRIES, url, exc)
+    return check_canary(url, await _canary_answer(session, url, _canary_try(canary_body, CANARY_TRIES)), profile)
+
+
 async def preflight_endpoint(
     session: aiohttp.ClientSession,
     url: str,
@@ -140,14 +233,7 @@ async def preflight_endpoint(
     if server_info.get("reasoning_parser"):
         warnings.append(f"SGLang at {url} runs --reasoning-parser {server_info['reasoning_parser']}; run it without")
     if canary_body is not None:
-        async with session.post(url.rstrip("/") + "/generate", json=canary_body) as response:
-            raw = await response.read()
-            if response.status != 200:
-                raise ConfigError(
-                    f"SGLang at {url} answered {response.status} to the canary generation "
-                    f"({raw[:200].decode(errors='replace').strip()}): check the sampling parameters"
-                )
-        warnings += check_canary(url, json.loads(raw), profile)
+        warnings += await judge_canary(session, url, canary_body, profile)
     for warning in warnings:
         log.warning(warning)
     running = server_info.get("max_running_requests")

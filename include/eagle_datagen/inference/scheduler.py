@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 
+from eagle_datagen.errors import DataGenError
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.progress import Progress
@@ -31,9 +32,15 @@ async def run_samples(
             if progress is not None:
                 progress.advance()
 
-    async with asyncio.TaskGroup() as group:  # one failing worker (a checkpoint write) cancels the rest
-        for _ in range(concurrency):
-            group.create_task(worker())
+    try:
+        async with asyncio.TaskGroup() as group:  # one failing worker (a checkpoint write) cancels the rest
+            for _ in range(concurrency):
+                group.create_task(worker())
+    except ExceptionGroup as failed:  # an expected failure (a store that stayed down) stays one line
+        expected = [e for e in failed.exceptions if isinstance(e, DataGenError)]
+        if not expected:
+            raise
+        raise expected[0] from None
 
 
 def generation_details(client: GenerateClient, started_tokens: int = 0) -> Callable[[float], str]:

@@ -46,6 +46,8 @@ class SeaweedFS:
     startup_timeout_s: float = 60.0
     process: subprocess.Popen[bytes] | None = None
     s3_port: int = 0
+    # chosen on the first start and kept, so a restart serves the same data on the same ports
+    ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def endpoint_url(self) -> str:
@@ -77,9 +79,11 @@ class SeaweedFS:
             raise ValueError(f"bucket names must be 3-63 lowercase characters: {bad}")
         self.data_dir = Path(self.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        ports = {name: _free_port() for name in ("master", "volume", "filer", "s3", "admin")}
-        grpc = {name: _free_port() for name in ("master", "volume", "filer", "s3", "admin")}
-        self.s3_port = ports["s3"]
+        names = ("master", "volume", "filer", "s3", "admin")
+        self.ports = self.ports or {name: _free_port() for name in names} | {
+            f"{name}.grpc": _free_port() for name in names
+        }
+        self.s3_port = self.ports["s3"]
         args = [
             weed_binary(),
             "mini",
@@ -95,8 +99,8 @@ class SeaweedFS:
             f"-s3.localSocket={self.data_dir / 's3.sock'}",
             f"-bucket={','.join(self.buckets)}",
         ]
-        for name in ports:
-            args += [f"-{name}.port={ports[name]}", f"-{name}.port.grpc={grpc[name]}"]
+        for name in names:
+            args += [f"-{name}.port={self.ports[name]}", f"-{name}.port.grpc={self.ports[name + '.grpc']}"]
         env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
         log = open(self.data_dir / "weed.log", "ab")  # noqa: SIM115 - lives as long as the process
         self.process = subprocess.Popen(
@@ -132,6 +136,12 @@ class SeaweedFS:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=5)
+
+    def restart(self, downtime_s: float = 0.0) -> None:
+        """Stop the server by its PID and start it again on the same ports and data folder."""
+        self.stop()
+        time.sleep(downtime_s)
+        self.start()
 
     def __enter__(self) -> SeaweedFS:
         return self.start()

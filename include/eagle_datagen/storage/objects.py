@@ -6,46 +6,27 @@
 On S3 the upload carries SHA256 checksums that the server verifies (multipart above `PART_SIZE`, one
 checksum per part), `IfNoneMatch="*"` makes the commit conditional, and the stored object's size and
 checksum are read back before the call returns. Transient errors (throttling, 5xx, connection resets,
-a server restarting) are retried with backoff; on a local folder the file is linked into place, which
-fails instead of replacing an existing file.
+a server restarting) are retried with backoff for up to two minutes (`retry_transient`); a request whose
+answer was lost after the store committed it finds the object there on the next attempt (a 412, then the
+same checksum). On a local folder the file is linked into place, which fails instead of replacing an
+existing file.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import logging
 import os
-import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from eagle_datagen.errors import DataGenError
-from eagle_datagen.objectstore.s3 import describe_error, s3_client
+from eagle_datagen.objectstore.s3 import describe_error, retry_transient, s3_client
 from eagle_datagen.storage.output_root import LocalOutputRoot, OutputRoot, S3OutputRoot, staged_file
 
-log = logging.getLogger(__name__)
 PART_SIZE = 16 * 1024 * 1024
-UPLOAD_ATTEMPTS = 6
-# Errors that another attempt can cure; everything else (403, NoSuchBucket, ...) stops the run.
-TRANSIENT_CODES = {
-    "BadDigest",
-    "XAmzContentChecksumMismatch",
-    "InvalidDigest",
-    "RequestTimeout",
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "InternalError",
-    "ServiceUnavailable",
-    "503",
-    "500",
-    "502",
-    "504",
-}
 
 
 class ObjectCollision(DataGenError):
@@ -78,14 +59,6 @@ def expected_s3_checksum(data: bytes, part_size: int | None = None) -> str:
         return _b64(hashlib.sha256(data).digest())
     parts = [hashlib.sha256(data[i : i + part_size]).digest() for i in range(0, len(data), part_size)]
     return f"{_b64(hashlib.sha256(b''.join(parts)).digest())}-{len(parts)}"
-
-
-def _is_transient(exc: Exception) -> bool:
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        return error.get("Code") in TRANSIENT_CODES or status >= 500
-    return isinstance(exc, BotoCoreError | ConnectionError)
 
 
 def _is_precondition_failed(exc: Exception) -> bool:
@@ -150,8 +123,9 @@ def _same_object(size: int, checksum: str | None, data: bytes, location: str) ->
 def _put_s3(root: S3OutputRoot, key: str, data: bytes) -> None:
     location = root.location(key)
     bucket, full_key = root.bucket_key(key)
-    for attempt in range(1, UPLOAD_ATTEMPTS + 1):
-        try:
+
+    def commit() -> None:
+        for _ in range(2):  # a 412: another writer, or an earlier attempt whose answer was lost, committed
             existing = _existing_s3(bucket, full_key)
             if existing is not None:
                 if _same_object(*existing, data, location):
@@ -160,22 +134,24 @@ def _put_s3(root: S3OutputRoot, key: str, data: bytes) -> None:
                     f"{location} already holds other content: a committed object is never overwritten "
                     "(use a new --run-id, or remove the stale object if you are sure it is garbage)"
                 )
-            _upload_s3(bucket, full_key, data)
+            try:
+                _upload_s3(bucket, full_key, data)
+            except ClientError as exc:
+                if _is_precondition_failed(exc):
+                    continue  # compare contents with what is there now
+                raise
             stored = _existing_s3(bucket, full_key)
             if stored is None or not _same_object(*stored, data, location):
                 raise DataGenError(f"verification of {location} failed after upload: size or checksum differ")
             return
-        except DataGenError:  # a collision or a failed verification: retrying cannot help
-            raise
-        except Exception as exc:
-            if _is_precondition_failed(exc):
-                continue  # someone committed meanwhile: the next attempt compares contents
-            if not _is_transient(exc) or attempt == UPLOAD_ATTEMPTS:
-                raise DataGenError(f"cannot store {location}: {describe_error(exc)}") from None
-            delay = random.uniform(0, min(30.0, 0.5 * 2**attempt))
-            log.warning("storing %s failed (%s); retry %d in %.1fs", location, describe_error(exc), attempt, delay)
-            time.sleep(delay)
-    raise DataGenError(f"cannot store {location}: it kept changing under concurrent writers")
+        raise DataGenError(f"cannot store {location}: it kept changing under concurrent writers")
+
+    try:
+        retry_transient(f"store {location}", commit)
+    except DataGenError:  # a collision, a failed verification, or a store that stayed unreachable
+        raise
+    except Exception as exc:  # a permanent error (credentials, a missing bucket): retrying cannot help
+        raise DataGenError(f"cannot store {location}: {describe_error(exc)}") from None
 
 
 def _put_local(root: LocalOutputRoot, key: str, data: bytes) -> None:

@@ -1,7 +1,8 @@
 """An output root: a local directory or `s3://bucket/prefix`, addressed by relative keys.
 
 Local writes go to a temporary name and are renamed into place, so a reader never sees half a file.
-S3 writes carry a SHA256 checksum that the server verifies.
+S3 writes carry a SHA256 checksum that the server verifies; S3 reads, writes and listings retry transient
+errors (a store restarting, throttling, connection resets) for up to two minutes, so a run outlives them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from eagle_datagen.errors import DataGenError
-from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, list_keys, s3_client
+from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, list_keys, retry_transient, s3_client
 
 
 class OutputRoot(Protocol):
@@ -91,18 +92,30 @@ class S3OutputRoot:
         return self._base.bucket, self._key(key)
 
     def write_bytes(self, key: str, data: bytes) -> str:
+        bucket, full_key = self.bucket_key(key)
         try:
-            s3_client().put_object(Bucket=self._base.bucket, Key=self._key(key), Body=data, ChecksumAlgorithm="SHA256")
+            retry_transient(
+                f"write {self.location(key)}",
+                lambda: s3_client().put_object(Bucket=bucket, Key=full_key, Body=data, ChecksumAlgorithm="SHA256"),
+            )
+        except DataGenError:
+            raise
         except Exception as exc:
             raise DataGenError(f"cannot write {self.location(key)}: {describe_error(exc)}") from None
         return self.location(key)
 
     def read_bytes(self, key: str) -> bytes:
-        return s3_client().get_object(Bucket=self._base.bucket, Key=self._key(key))["Body"].read()
+        bucket, full_key = self.bucket_key(key)
+        return retry_transient(
+            f"read {self.location(key)}", lambda: s3_client().get_object(Bucket=bucket, Key=full_key)["Body"].read()
+        )
 
     def list(self, prefix: str = "") -> list[str]:
         start = len(self._base.key)
-        return sorted(k[start:] for k in list_keys(self._base.bucket, self._key(prefix)))
+        keys = retry_transient(
+            f"list {self.location(prefix)}", lambda: sorted(list_keys(self._base.bucket, self._key(prefix)))
+        )
+        return [k[start:] for k in keys]
 
 
 def open_output_root(uri: str) -> OutputRoot:

@@ -243,9 +243,11 @@ def main() -> None:
     started = time.perf_counter()
     try:
         tokenizer = tekken_tokenizer(find_tekken(args.tekken))
-        inputs = {"natural": natural_rows(token_streams(tokenizer, args.seed), args.per_category, args.seed)}
+        streams = token_streams(tokenizer, args.seed)
+        inputs = {"natural": natural_rows(streams, args.per_category, args.seed)}
     except MissingInput as exc:
         sys.exit(f"bench_storage: {exc}")
+    corpus = ", ".join(f"{group} {len(ids):,}" for group, ids in streams.items())
     inputs["stand-in"] = standin_rows(args.per_category, args.seed)
     inputs["worst case"] = standin_rows(args.per_category, args.seed, permuted=True)
     print(f"inputs built in {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
@@ -253,10 +255,12 @@ def main() -> None:
     print(
         f"python {platform.python_version()}, pyarrow {pa.__version__}, numpy {np.__version__}, tokenizers "
         f"{tokenizers.__version__}, {os.cpu_count()} CPUs; {args.per_category:,} samples per category and shard; "
-        f"repeats {args.repeats}/{args.option_repeats}/{args.upload_repeats}"
+        f"repeats {args.repeats}/{args.option_repeats}/{args.upload_repeats}; natural-text corpus tokens: {corpus}"
     )
-    chunks = {name: [rows[i : i + args.per_category] for i in range(0, len(rows), args.per_category)]
-              for name, rows in inputs.items()}
+    chunks = {
+        name: [rows[i : i + args.per_category] for i in range(0, len(rows), args.per_category)]
+        for name, rows in inputs.items()
+    }
     tables = {name: [samples_table(c) for c in cs] for name, cs in chunks.items()}
     shards = {name: [encode_shard(t) for t in ts] for name, ts in tables.items()}
     for name in inputs:

@@ -74,6 +74,7 @@ def _size(n: int) -> str:
 
 def option_variants(shard_size: int) -> dict[str, tuple[Options, bool]]:
     """name -> (write_table kwargs for a table, whether it is slow enough to time once)."""
+
     def no_compression(table: pa.Table) -> dict[str, Any]:
         return {k: v for k, v in write_options(table).items() if k != "compression_level"} | {"compression": "none"}
 

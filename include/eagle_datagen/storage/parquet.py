@@ -5,8 +5,9 @@ quarantined. Both carry the schema metadata {"eagle_datagen.contract": "1"}. Col
 are Parquet REQUIRED: `samples_table` refuses a row that lacks one.
 
 The encoding (`encode_shard`) uses only what every Parquet reader supports: PLAIN and RLE_DICTIONARY pages
-(data page v1) and zstd, readable by pyarrow, DuckDB and Spark (parquet-java); one row group per ~128 MiB of uncompressed data. It was chosen with `bench/bench_storage.py` on token ids of
-natural text (results and every option compared in docs/benchmarks.md, "Storage"):
+(data page v1) and zstd, readable by pyarrow, DuckDB and Spark (parquet-java); one row group per ~128 MiB
+of uncompressed data. It was chosen with `bench/bench_storage.py` on token ids of natural text (results and
+every option compared in docs/benchmarks.md, "Storage"):
 - token ids (`prompt_ids`, `output_ids`): PLAIN int32 values, zstd level 9, 8 MiB data pages. In a real
   BPE vocabulary an id is a merge rank, so frequent tokens have small ids and the raw little-endian bytes
   are skewed; and text repeats phrases, which zstd's match finder sees in raw ids (4-byte aligned, every

@@ -27,7 +27,7 @@ Measured in one run:
     (SeaweedFS `weed mini` on 127.0.0.1) with boto3 `put_object(..., ChecksumAlgorithm="SHA256")`,
     interleaved over --upload-repeats rounds; medians.
 
-Run (about 10 minutes with the defaults on 2 cores; --quick is a ~2-minute smoke run):
+Run (about 6 minutes on 2 cores with the defaults, 2 of them building the inputs; --quick: 2 minutes):
 `.venv/bin/python bench/bench_storage.py [--per-category 1000] [--repeats 5] [--option-repeats 3]
 [--upload-repeats 5] [--tekken FILE] [--quick]`.
 """

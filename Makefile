@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(REQ_HASH)
 export EAGLE_DATAGEN_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
 
-.PHONY: venv test test-fast demo lint bench constraints clean
+.PHONY: venv browser test test-fast demo demo-cli airflow lint bench constraints clean
 
 venv: $(STAMP)
 
@@ -21,14 +21,29 @@ $(STAMP): $(REQ_FILES)
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
 
-test: venv lint  ## ruff, then the whole suite, integration tests included (what CI runs)
+# Debian's Chromium for the browser test of the Airflow UI (tests/stack/test_browser_ui.py); Playwright's own
+# browser download cannot work here (no access beyond the package registries).
+browser:
+	@command -v chromium >/dev/null || { \
+	  [ "$$(id -u)" = 0 ] || { echo "make browser: Debian's chromium is missing: sudo apt-get install chromium"; exit 1; }; \
+	  echo "installing Debian's chromium for the browser test ..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: venv lint browser  ## ruff, then the whole suite, integration tests included (what CI runs)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## skip the slow integration tests
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-demo: venv  ## the main job on the embedded default: demo recipe, stand-in tokenizer and SGLang server
-	$(BIN)/python -m eagle_datagen.demo --output .demo
+demo: venv  ## the main job through Airflow on the embedded default: SeaweedFS, stand-in SGLang, Airflow on SQLite
+	$(BIN)/python -m eagle_datagen_stack.demo --home .demo
+
+demo-cli: venv  ## the same job without Airflow (the `eagle-datagen run` path), in seconds
+	$(BIN)/python -m eagle_datagen.demo --output .demo-cli
+
+PORT ?= 8080
+airflow: venv  ## the demo's stack with Airflow's UI on 127.0.0.1:$(PORT), until Ctrl-C
+	$(BIN)/python -m eagle_datagen_stack.ui --port $(PORT)
 
 lint: venv
 	$(BIN)/ruff check include tests bench dags plugins
@@ -41,4 +56,4 @@ constraints: venv  ## re-pin the full dependency tree after changing requirement
 	  $(BIN)/python -m pip freeze --exclude-editable | grep -v '^eagle-datagen' ) > constraints.txt
 
 clean:
-	rm -rf .demo .pytest_cache .ruff_cache
+	rm -rf .demo .demo-cli .pytest_cache .ruff_cache

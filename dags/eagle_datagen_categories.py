@@ -10,9 +10,9 @@ manifest written last.
 prompts into shards, `generate_shard` (mapped, in the `sglang` pool) generates and validates one shard,
 and `finalize` writes statistics, draft vocabulary, report and manifest, then updates the category's asset.
 
-Nightly at 03:00 UTC the run is incremental: it generates only samples that no published run has for
-this model, weight version and sampling, and ends after `plan` when nothing is new. One DAG per category
-keeps backfills of different categories apart:
+Nightly at 03:00 UTC (`EAGLE_DATAGEN_SCHEDULE`) the run is incremental: it generates only samples that no
+published run has for this model, weight version and sampling, and ends after `plan` when nothing is new.
+One DAG per category keeps backfills of different categories apart:
 `airflow backfill create --dag-id eagle_datagen__math --from-date 2026-01-01 --to-date 2026-01-03T03:00:00+00:00
 --max-active-runs 1` (a backfill ignores the DAG's max_active_runs; concurrent incremental runs would each
 generate the same prompts); add `--dag-run-conf '{"force_regenerate": true}'` to generate again what is
@@ -39,12 +39,12 @@ def category_dag(category: str) -> None:
 
     @dag(
         dag_id=recipe.category_dag_id(category),
-        schedule="0 3 * * *",
+        schedule=recipe.schedule(),
         start_date=datetime(2026, 1, 1, tzinfo=UTC),
         catchup=False,
         max_active_runs=1,
         default_args=runs.DEFAULT_ARGS,
-        params=form.category_params(RECIPE, category, recipe.default_output()),
+        params=form.category_params(RECIPE, category, recipe.default_output(), recipe.default_draft_vocab_size()),
         tags=["eagle-datagen", f"category:{category}"],
         doc_md=__doc__,
     )

@@ -29,7 +29,7 @@ RELEASE = recipe.release_asset(RECIPE)
     catchup=False,
     max_active_runs=1,
     default_args=runs.DEFAULT_ARGS,
-    params=form.release_params(recipe.default_output()),
+    params=form.release_params(recipe.default_output(), recipe.default_draft_vocab_size()),
     tags=["eagle-datagen", "release"],
     doc_md=__doc__,
 )

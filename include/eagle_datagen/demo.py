@@ -1,4 +1,5 @@
-"""`make demo`: the main job on the embedded default, end to end on this machine.
+"""`make demo-cli`: the main job without Airflow, end to end on this machine in seconds (`make demo` runs
+the same job through Airflow: `eagle_datagen_stack.demo`).
 
 Everything is local and embedded: the stand-in Kimi-K2.5 tokenizer (built once into the cache), the demo
 prompt set (include/data/demo_prompts, 7 categories) and a stand-in SGLang server on 127.0.0.1 (fast
@@ -33,10 +34,11 @@ RUN_ID = "demo"
 DEMO_DRAFT_VOCAB = 2048  # the demo generates ~12k tokens; a real run uses the default 32000
 
 
-def _category_table(output: Path) -> str:
+def category_table(output: Path, run_id: str = "*") -> str:
+    """Valid and quarantined samples and tokens per category, from the Parquet shards under a local root."""
     stats: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for kind, column in (("data", 0), ("quarantine", 1)):
-        for part in sorted(output.glob(f"{kind}/category=*/run={RUN_ID}/part-*.parquet")):
+        for part in sorted(output.glob(f"{kind}/category=*/run={run_id}/part-*.parquet")):
             for row in pq.read_table(part, columns=["category", "prompt_ids", "output_ids"]).to_pylist():
                 entry = stats[row["category"]]
                 entry[column] += 1
@@ -49,12 +51,13 @@ def _category_table(output: Path) -> str:
     return "\n".join(lines)
 
 
-def _example(output: Path) -> str:
+def example_sample(output: Path, run_id: str = "*", category: str = "tool_use") -> str:
+    """One valid sample of a local root, its prompt's end decoded with the stand-in tokenizer."""
     from eagle_datagen.profile import load_profile
     from eagle_datagen.tokenization.loader import load_tokenizer
 
     tokenizer = load_tokenizer("standin:kimi-k2.5", load_profile("kimi-k2.5")).tokenizer
-    part = next(output.glob(f"data/category=tool_use/run={RUN_ID}/part-*.parquet"))
+    part = next(output.glob(f"data/category={category}/run={run_id}/part-*.parquet"))
     row = pq.read_table(part).slice(0, 1).to_pylist()[0]
     out = row["output_ids"]
     end = out.index(163607)
@@ -70,7 +73,7 @@ def _example(output: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="make demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="make demo-cli", description=__doc__)
     parser.add_argument("--output", default=".demo", help="output folder, emptied first (default: .demo)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -100,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(format_run_summary(summary.to_json()))
     print()
-    print(_category_table(output))
+    print(category_table(output, RUN_ID))
     print()
-    print(_example(output))
+    print(example_sample(output, RUN_ID))
     print(f"\noutput root: {output}")
     print("  data/, quarantine/         Parquet shards (contract v1), by category and run")
     print(f"  manifests/run={RUN_ID}.json   the manifest, written last; .report.html, .statistics.json,")

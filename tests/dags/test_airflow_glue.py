@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,22 @@ def test_retry_policy_retries_transient_failures_and_fails_terminal_ones_at_once
     assert action(ConfigError("bad recipe")) is RetryAction.FAIL
     assert action(ValidationFailed(["73% of samples have no </think>"])) is RetryAction.FAIL
     assert action(ConnectionResetError()) is RetryAction.DEFAULT
+
+
+def test_deployment_settings_schedule_and_draft_vocab_size(monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from eagle_datagen_airflow.recipe import NIGHTLY, default_draft_vocab_size, schedule
+
+    assert schedule() == NIGHTLY and default_draft_vocab_size() == 32000
+    monkeypatch.setenv("EAGLE_DATAGEN_SCHEDULE", "none")  # a deployment that only triggers and backfills by hand
+    monkeypatch.setenv("EAGLE_DATAGEN_DRAFT_VOCAB_SIZE", "256")
+    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags"))
+    math, release = bag.get_dag("eagle_datagen__math"), bag.get_dag("eagle_datagen_release")
+    assert math.schedule is None and math.params["draft_vocab_size"] == 256
+    assert release.params["draft_vocab_size"] == 256
+    monkeypatch.setenv("EAGLE_DATAGEN_SCHEDULE", "30 1 * * *")
+    assert schedule() == "30 1 * * *"
+    monkeypatch.setenv("EAGLE_DATAGEN_DRAFT_VOCAB_SIZE", "lots")
+    with pytest.raises(ValueError, match="EAGLE_DATAGEN_DRAFT_VOCAB_SIZE='lots' is not a positive integer"):
+        default_draft_vocab_size()

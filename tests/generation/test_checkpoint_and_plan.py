@@ -152,3 +152,29 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path):
     check_plan_matches(plan, plan)
     with pytest.raises(ConfigError, match="already exists at this output with other settings"):
         check_plan_matches(plan, other)
+
+
+def test_pending_requests_hold_one_shard_at_a_time_and_skip_checkpointed_samples(tmp_path):
+    """A run of a million prompts must not load every shard before its first request."""
+    from eagle_datagen.generation.plan import shard_key
+    from eagle_datagen.generation.stage import pending_requests
+
+    root, plan = make_plan(tmp_path)
+    reads: list[str] = []
+
+    class CountingRoot(LocalOutputRoot):
+        def read_bytes(self, key: str) -> bytes:
+            reads.append(key)
+            return super().read_bytes(key)
+
+    counting = CountingRoot(str(tmp_path))
+    shards = [s.index for s in plan.shards]
+    first_shard = shard_requests(root, plan, shards[0])
+    done = {index: set() for index in shards} | {shards[0]: {first_shard[0].sample_id}}
+    pending = pending_requests(counting, plan, shards, done)
+    first = next(pending)
+    assert first == first_shard[1]  # the checkpointed sample is skipped
+    assert set(reads) <= {shard_key(plan.run_id, i) for i in shards[:2]}  # this shard and the one prefetched
+    rest = list(pending)
+    everything = [r for i in shards for r in shard_requests(root, plan, i)]
+    assert [first, *rest] == everything[1:]  # every other sample once, in plan order

@@ -16,6 +16,8 @@ import re
 import secrets
 import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -159,6 +161,20 @@ def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | No
     return {"input_ids": ids, "sampling_params": params, "rid": f"eagle-datagen-canary-{secrets.token_hex(4)}"}
 
 
+def pending_requests(
+    root: OutputRoot, plan: RunPlan, shard_indices: list[int], done: dict[int, set[str]]
+) -> Iterator[SampleRequest]:
+    """The samples of these shards that `done` lacks, one shard in memory at a time: the next shard's plan
+    is read in a thread while this one generates, so neither the event loop nor memory holds the whole run."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="plan-reader") as reader:
+        upcoming = (reader.submit(shard_requests, root, plan, index) for index in shard_indices)
+        loading = next(upcoming, None)
+        while loading is not None:
+            requests = loading.result()  # ready by now, unless generating a shard is faster than reading one
+            loading = next(upcoming, None)
+            yield from (r for r in requests if r.sample_id not in done[r.shard])
+
+
 async def generate_pending(
     root: OutputRoot,
     plan: RunPlan,
@@ -167,13 +183,10 @@ async def generate_pending(
     options: RunOptions,
 ) -> tuple[int, int, GenerateClient]:
     """Generate every sample of these shards that has no checkpoint yet. Returns (resumed, to_do, client)."""
-    pending: list[SampleRequest] = []
-    resumed = 0
-    for index in shard_indices:
-        done = load_checkpoints(root, plan.run_id, index)
-        requests = shard_requests(root, plan, index)
-        resumed += sum(1 for r in requests if r.sample_id in done)
-        pending.extend(r for r in requests if r.sample_id not in done)
+    done = {index: set(load_checkpoints(root, plan.run_id, index)) for index in shard_indices}  # ids only
+    resumed = sum(len(ids) for ids in done.values())
+    to_do = sum(plan.shards[index].samples for index in shard_indices) - resumed
+    pending = pending_requests(root, plan, shard_indices, done)
     endpoints = [
         Endpoint(s.url, options.concurrency or math.ceil(WINDOW_PER_SLOT * (s.max_running_requests or DEFAULT_WINDOW)))
         for s in servers
@@ -182,7 +195,7 @@ async def generate_pending(
     log.info(
         "run %s: %d samples to generate, %d already done; %d in flight over %d endpoint(s)",
         plan.run_id,
-        len(pending),
+        to_do,
         resumed,
         pool.total_window,
         len(endpoints),
@@ -191,11 +204,11 @@ async def generate_pending(
         GenerateClient(pool, options.retry) as client,
         CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
     ):
-        progress = Progress("generate", total=len(pending), unit="samples", details=generation_details(client))
+        progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
         await run_samples(client, pending, pool.total_window, checkpoints.add, progress)
         progress.finish()
     log.info("endpoints: %s", pool.describe())
-    return resumed, len(pending), client
+    return resumed, to_do, client
 
 
 def _finish_counts(root: OutputRoot, plan: RunPlan) -> Counter[str]:

@@ -1,0 +1,191 @@
+"""`LocalStack`: a whole deployment on 127.0.0.1, started in order and stopped in reverse.
+
+    with LocalStack(StackOptions(home=Path(".demo"))) as stack:
+        run_id = stack.api.trigger("eagle_datagen__math", {"limit": 5})
+
+brings up, under `home`:
+1. `seaweedfs/`: a SeaweedFS S3 server with the bucket `eagle` (the output root is `s3://eagle/<prefix>`);
+2. stand-in SGLang servers (threads of this process, one per replica);
+3. `airflow/`: an Airflow home (SQLite by default), `airflow db migrate`, then the api-server,
+   dag-processor and scheduler (plus whatever `components` adds, such as Celery workers), the connections
+   `sglang_default` and `aws_default` in their environment, the `sglang` pool, and waits until every DAG
+   of the recipe is parsed;
+4. `logs/`: one log per component.
+Anything started is stopped again if a later step fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eagle_datagen.objectstore.seaweedfs import SeaweedFS
+from eagle_datagen.sources.recipe import load_recipe
+from eagle_datagen.standin.sglang.config import SimConfig
+from eagle_datagen.standin.sglang.runner import SimServerThread
+from eagle_datagen_stack.airflow_env import (
+    ADMIN,
+    AIRFLOW,
+    PROJECT,
+    AirflowDeployment,
+    aws_connection,
+    sglang_connection,
+)
+from eagle_datagen_stack.api import AirflowApi
+from eagle_datagen_stack.processes import Component, free_port, http_ok, wait_until
+
+log = logging.getLogger(__name__)
+
+DEMO_RECIPE = PROJECT / "include" / "recipes" / "demo.yaml"
+BUCKET = "eagle"
+CORE_COMPONENTS = ("api-server", "dag-processor", "scheduler")
+
+
+@dataclass
+class StackOptions:
+    home: Path
+    recipe: Path = DEMO_RECIPE
+    output_prefix: str = "datagen"
+    sim: SimConfig = field(default_factory=lambda: SimConfig().with_profile("fast"))
+    replicas: int = 1
+    api_port: int | None = None  # None: a free port
+    executor: str = "LocalExecutor"
+    database_url: str | None = None  # None: SQLite in the Airflow home
+    parallelism: int = 4
+    pool_slots: int = 4  # shards generating at once
+    schedule: str | None = "none"  # EAGLE_DATAGEN_SCHEDULE: "none" (trigger by hand) or a cron expression
+    paused_at_creation: bool = False
+    draft_vocab_size: int | None = None  # the forms' default (EAGLE_DATAGEN_DRAFT_VOCAB_SIZE)
+    components: tuple[str, ...] = CORE_COMPONENTS
+    settings: dict[str, str] = field(default_factory=dict)
+    fresh: bool = True  # empty `home` first; False keeps the DB and the stored data of an earlier start
+    startup_timeout_s: float = 240.0
+
+
+class LocalStack:
+    def __init__(self, options: StackOptions) -> None:
+        self.options = options
+        self.home = options.home.resolve()
+        self.s3: SeaweedFS | None = None
+        self.sims: list[SimServerThread] = []
+        self.airflow: AirflowDeployment | None = None
+        self.components: dict[str, Component] = {}
+        self.api: AirflowApi | None = None
+        self._exit = ExitStack()
+
+    @property
+    def output(self) -> str:
+        return f"s3://{BUCKET}/{self.options.output_prefix}"
+
+    @property
+    def sglang_urls(self) -> list[str]:
+        return [sim.url for sim in self.sims]
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    def expected_dag_ids(self) -> set[str]:
+        recipe = load_recipe(self.options.recipe)
+        return {f"eagle_datagen__{c}" for c in recipe.categories} | {"eagle_datagen_release"}
+
+    def start(self) -> LocalStack:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        opts = self.options
+        if opts.fresh:
+            shutil.rmtree(self.home, ignore_errors=True)
+        self.home.mkdir(parents=True, exist_ok=True)
+        log.info("object store: SeaweedFS in %s", self.home / "seaweedfs")
+        self.s3 = self._exit.enter_context(SeaweedFS(self.home / "seaweedfs", buckets=[BUCKET]))
+        for _ in range(opts.replicas):
+            self.sims.append(self._exit.enter_context(SimServerThread(opts.sim)))
+        log.info("stand-in SGLang: %s", ", ".join(self.sglang_urls))
+        self.airflow = self.deployment()
+        password = self.airflow.admin_password()
+        log.info("airflow db migrate (%s)", self.airflow.home)
+        self.airflow.cli("db", "migrate")
+        for name in opts.components:
+            self.start_component(name)
+        alive = list(self.components.values())
+        wait_until(
+            lambda: http_ok(f"{self.airflow.api_url}/api/v2/monitor/health"),
+            opts.startup_timeout_s,
+            "the Airflow api-server answering",
+            alive,
+        )
+        self.api = AirflowApi(self.airflow.api_url, ADMIN, password)
+        self.api.set_pool("sglang", opts.pool_slots, "shards generating at once")
+        expected = self.expected_dag_ids()
+        wait_until(
+            lambda: expected <= self.api.dag_ids(), opts.startup_timeout_s, "the DAGs of the recipe parsed", alive
+        )
+        log.info("Airflow is up at %s with %d DAGs", self.airflow.api_url, len(expected))
+
+    def deployment(self) -> AirflowDeployment:
+        opts = self.options
+        assert self.s3 is not None
+        settings = {
+            "EAGLE_DATAGEN_RECIPE": str(opts.recipe.resolve()),
+            "EAGLE_DATAGEN_OUTPUT": self.output,
+            "EAGLE_DATAGEN_SCHEDULE": opts.schedule or "none",
+            "HF_HUB_OFFLINE": "1",
+            **({"EAGLE_DATAGEN_DRAFT_VOCAB_SIZE": str(opts.draft_vocab_size)} if opts.draft_vocab_size else {}),
+            **opts.settings,
+        }
+        return AirflowDeployment(
+            home=self.home / "airflow",
+            api_port=opts.api_port or free_port(),
+            executor=opts.executor,
+            database_url=opts.database_url,
+            parallelism=opts.parallelism,
+            connections={
+                "sglang_default": sglang_connection(self.sglang_urls),
+                "aws_default": aws_connection(self.s3.endpoint_url, self.s3.access_key, self.s3.secret_key),
+            },
+            settings=settings,
+            paused_at_creation=opts.paused_at_creation,
+        )
+
+    def component_args(self, name: str) -> list[str]:
+        assert self.airflow is not None
+        if name == "api-server":
+            return [AIRFLOW, "api-server", "-H", "127.0.0.1", "-p", str(self.airflow.api_port), "-w", "1"]
+        if name in ("scheduler", "triggerer"):
+            return [AIRFLOW, name, "--skip-serve-logs"]  # their log servers would bind every interface
+        if name == "dag-processor":
+            return [AIRFLOW, name]
+        raise ValueError(f"unknown component {name!r}")
+
+    def start_component(self, name: str, args: list[str] | None = None) -> Component:
+        """Start an Airflow component (or any command given as `args`) with the deployment's environment."""
+        assert self.airflow is not None
+        component = Component(name, args or self.component_args(name), self.airflow.environment(), self.logs)
+        self.components[name] = component.start()
+        self._exit.callback(component.stop)
+        log.info("started %s (pid %s)", name, component.pid)
+        return component
+
+    def check_alive(self) -> None:
+        for component in self.components.values():
+            component.check_alive()
+
+    def stop(self) -> None:
+        self._exit.close()  # components in reverse start order, then the stand-ins, then SeaweedFS
+        self.components.clear()
+        self.sims.clear()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

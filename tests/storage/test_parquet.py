@@ -221,22 +221,34 @@ def zipf_rows(n: int) -> list[dict]:
     return rows
 
 
-def test_shards_are_compressed_and_dictionary_encoded():
+def column_chunks(data: bytes) -> dict[str, pq.ColumnChunkMetaData]:
+    """The first row group's column chunks by Parquet path, from the file's footer."""
+    group = pq.ParquetFile(pa.BufferReader(data)).metadata.row_group(0)
+    return {group.column(c).path_in_schema: group.column(c) for c in range(group.num_columns)}
+
+
+def test_column_encodings_are_the_chosen_ones():
+    chunks = column_chunks(encode_shard(samples_table(zipf_rows(50))))
+    for leaf in ("prompt_ids.list.element", "output_ids.list.element"):
+        # token ids: PLAIN values (RLE only for the list's repetition and definition levels), no dictionary
+        assert set(chunks[leaf].encodings) == {"PLAIN", "RLE"}, leaf
+        assert not chunks[leaf].has_dictionary_page
+        assert not chunks[leaf].is_stats_set  # no statistics on token ids
+    # strings repeated across rows: dictionary pages; per-sample hashes: PLAIN only
+    for name in ("category", "model", "run_id", "finish_reason", "sampling"):
+        assert "RLE_DICTIONARY" in chunks[name].encodings and chunks[name].has_dictionary_page, name
+    assert set(chunks["sample_id"].encodings) <= {"PLAIN", "RLE"} and not chunks["sample_id"].has_dictionary_page
+    assert {chunk.compression for chunk in chunks.values()} == {"ZSTD"}
+    assert chunks["run_id"].is_stats_set  # scalars keep statistics for row-group skipping
+
+
+def test_shards_are_compressed():
     rows = zipf_rows(300)
     data = encode_shard(samples_table(rows))
-    meta = pq.ParquetFile(pa.BufferReader(data)).metadata
-    chunks = {
-        meta.row_group(0).column(c).path_in_schema: meta.row_group(0).column(c)
-        for c in range(meta.row_group(0).num_columns)
-    }
-    outputs = chunks["output_ids.list.element"]
-    assert outputs.compression == "ZSTD"
-    assert "RLE_DICTIONARY" in outputs.encodings
-    assert not outputs.is_stats_set  # no statistics on token ids
-    assert chunks["run_id"].is_stats_set
+    outputs = column_chunks(data)["output_ids.list.element"]
     output_tokens = sum(len(r["output_ids"]) for r in rows)
     all_tokens = output_tokens + sum(len(r["prompt_ids"]) for r in rows)
-    # raw int32 is 4 bytes per token; the order-0 limit of this distribution is about 1.25
+    # raw int32 is 4 bytes per token; the order-0 limit of the stand-in's Zipf ids is about 1.25
     assert outputs.total_compressed_size / output_tokens < 2.5
     assert len(data) / all_tokens < 2.5
     assert decode_shard(data).to_pylist() == rows

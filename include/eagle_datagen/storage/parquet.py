@@ -4,14 +4,19 @@
 quarantined. Both carry the schema metadata {"eagle_datagen.contract": "1"}. Columns not marked nullable
 are Parquet REQUIRED: `samples_table` refuses a row that lacks one.
 
-The encoding (`encode_shard`) uses only what every Parquet reader supports (pyarrow, DuckDB, Spark): PLAIN
-and RLE_DICTIONARY pages (data page v1), zstd, one row group per ~128 MiB of uncompressed data. It was
-chosen with `bench/bench_storage.py` (results and the options compared in docs/benchmarks.md, "Storage"):
-- token ids (`prompt_ids`, `output_ids`): dictionary encoding, then zstd level 9. The dictionary maps the
-  ids seen in a row group to small indices (about first-seen order, so frequent ids get small ones), which
-  zstd compresses far better than raw ids (1.81 bytes per output token on the stand-in's Zipf outputs,
-  4.1x smaller than JSONL); BYTE_STREAM_SPLIT, DELTA_BINARY_PACKED and PLAIN ids were larger, higher zstd
-  levels under 1% smaller and much slower. No statistics for them (no reader filters on token ids);
+The encoding (`encode_shard`) uses only what every Parquet reader supports: PLAIN and RLE_DICTIONARY pages
+(data page v1) and zstd, readable by pyarrow, DuckDB and Spark (parquet-java); one row group per ~128 MiB
+of uncompressed data. It was chosen with `bench/bench_storage.py` on token ids of natural text (results and
+every option compared in docs/benchmarks.md, "Storage"):
+- token ids (`prompt_ids`, `output_ids`): PLAIN int32 values, zstd level 9, 8 MiB data pages. In a real
+  BPE vocabulary an id is a merge rank, so frequent tokens have small ids and the raw little-endian bytes
+  are skewed; and text repeats phrases, which zstd's match finder sees in raw ids (4-byte aligned, every
+  occurrence of a token the same bytes) but not in dictionary indices bit-packed across byte boundaries. On
+  natural text that gave 1.29 bytes per output token, 0.90x the order-0 limit and 4.4x smaller than
+  JSONL; dictionary encoding was 1.21x larger, BYTE_STREAM_SPLIT 1.14x (and on INT32 it needs readers
+  from 2024 on: Parquet format 2.11), DELTA_BINARY_PACKED 1.76x. A data page is one zstd frame, so pages
+  of 8 MiB (a 1,000-sample shard's column is one page) are 3% smaller than 1 MiB ones. No statistics for
+  the token columns (no reader filters on token ids);
 - strings repeated across rows (category, model, run_id, finish_reason, sampling, ...) are dictionary
   encoded; the per-sample hashes (`sample_id`) are PLAIN. Scalars keep their statistics, so readers can
   skip row groups by run_id, category or sample_index.
@@ -74,7 +79,8 @@ TOKEN_COLUMNS = ("prompt_ids", "output_ids")
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 9
 ROW_GROUP_BYTES = 128 * 2**20  # uncompressed Arrow bytes per row group (a 1,000-sample shard is one group)
-DATA_PAGE_BYTES = 2**20
+DATA_PAGE_BYTES = 8 * 2**20  # a page is one zstd frame: larger pages let zstd find more repeats
+TOKEN_ENCODING = "PLAIN"  # of the token columns' values; "RLE_DICTIONARY" turns dictionary encoding back on
 PLAIN_COLUMNS = frozenset({"sample_id"})  # unique per row: a dictionary would only add indices
 
 
@@ -135,14 +141,20 @@ def _rows_per_group(table: pa.Table) -> int:
 def write_options(table: pa.Table) -> dict[str, Any]:
     """The `pyarrow.parquet.write_table` keyword arguments `encode_shard` uses for this table."""
     names = table.schema.names
-    return {
+    dictionary = TOKEN_ENCODING == "RLE_DICTIONARY"
+    options: dict[str, Any] = {
         "compression": COMPRESSION,
         "compression_level": COMPRESSION_LEVEL,
-        "use_dictionary": [_leaf(n) for n in names if n not in PLAIN_COLUMNS],
+        "use_dictionary": [
+            _leaf(n) for n in names if n not in PLAIN_COLUMNS and (dictionary or n not in TOKEN_COLUMNS)
+        ],
         "write_statistics": [n for n in names if n not in TOKEN_COLUMNS],
         "row_group_size": _rows_per_group(table),
         "data_page_size": DATA_PAGE_BYTES,
     }
+    if not dictionary:
+        options["column_encoding"] = {_leaf(n): TOKEN_ENCODING for n in names if n in TOKEN_COLUMNS}
+    return options
 
 
 def encode_shard(table: pa.Table) -> bytes:

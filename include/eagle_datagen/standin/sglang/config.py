@@ -72,7 +72,7 @@ class SimConfig:
     output_tokens_max: int = 600
     reasoning_fraction: float = 0.7  # share of an output before </think>
     zipf_exponent: float = 1.1
-    vocab_seed: int = 0  # seeds the fixed mapping of Zipf ranks to ordinary ids
+    vocab_seed: int = 0  # seeds the fixed, BPE-like mapping of Zipf ranks to ordinary ids (outputs.py)
     # faults
     faults: FaultRates = field(default_factory=FaultRates)
     fault_seed: int = 0

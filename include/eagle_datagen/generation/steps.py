@@ -18,10 +18,11 @@ import logging
 from typing import Any
 
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
+from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import load_plan
 from eagle_datagen.generation.publish import PublishOptions, ShardIncomplete, finalize_run, publish_shard
 from eagle_datagen.generation.stage import (
-    NothingToDo,
     RunOptions,
     SamplingOverrides,
     canary_request,
@@ -60,6 +61,7 @@ class RunConfig:
     concurrency: int | None = None
     incremental: bool = False
     per_weight_version: bool = False
+    claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
     draft_vocab_size: int = 32000
     max_attempts: int = 8
     canary: bool = True
@@ -104,6 +106,7 @@ class RunConfig:
             canary=self.canary,
             incremental=self.incremental,
             per_weight_version=self.per_weight_version,
+            claim_ttl_s=self.claim_ttl_s,
             publish=PublishOptions(draft_vocab_size=self.draft_vocab_size),
         )
 

@@ -9,6 +9,7 @@ file it lists is stored and verified, so a manifest on storage means a complete 
 from __future__ import annotations
 
 import json
+from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -88,14 +89,16 @@ def read_manifest(root: OutputRoot, run_id: str) -> dict[str, Any] | None:
     return json.loads(root.read_bytes(manifest_key(run_id)))
 
 
-def list_manifests(root: OutputRoot) -> list[dict[str, Any]]:
-    """Every run manifest under the root (the `.json` files only, not their artifacts)."""
+def manifest_run_ids(root: OutputRoot) -> list[str]:
+    """The run ids of every manifest under the root (the `.json` files only, not their artifacts)."""
     keys = [k for k in root.list("manifests/") if k.startswith("manifests/run=") and k.endswith(".json")]
-    manifests = []
-    for key in sorted(keys):
-        if key.count(".") == 1:  # manifests/run=<id>.json; artifacts have a second dot
-            manifests.append(json.loads(root.read_bytes(key)))
-    return manifests
+    # manifests/run=<id>.json; artifacts have a second dot
+    return [k.removeprefix("manifests/run=").removesuffix(".json") for k in sorted(keys) if k.count(".") == 1]
+
+
+def list_manifests(root: OutputRoot, skip: Container[str] = ()) -> list[dict[str, Any]]:
+    """Every run manifest under the root, but those of the runs in `skip` (already read)."""
+    return [json.loads(root.read_bytes(manifest_key(r))) for r in manifest_run_ids(root) if r not in skip]
 
 
 def verify_manifest(root: OutputRoot, manifest: dict[str, Any]) -> list[str]:

@@ -3,6 +3,8 @@
 Local writes go to a temporary name and are renamed into place, so a reader never sees half a file.
 S3 writes carry a SHA256 checksum that the server verifies; S3 reads, writes and listings retry transient
 errors (a store restarting, throttling, connection resets) for up to two minutes, so a run outlives them.
+`list_modified` gives each key's modification time as the store recorded it (S3 `LastModified`, a local
+file's mtime): times that different workers compare without trusting each other's clocks.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ class OutputRoot(Protocol):
     def read_bytes(self, key: str) -> bytes: ...
 
     def list(self, prefix: str = "") -> list[str]: ...
+
+    def list_modified(self, prefix: str = "") -> dict[str, float]:
+        """key -> modification time (seconds since the epoch, by the store's clock) of every key under prefix."""
+        ...
 
     def location(self, key: str) -> str: ...
 
@@ -67,11 +73,26 @@ class LocalOutputRoot:
     def read_bytes(self, key: str) -> bytes:
         return (self.path / key).read_bytes()
 
+    def _files(self, prefix: str) -> Iterator[tuple[str, Path]]:
+        folder = self.path / prefix.rpartition("/")[0]  # walk only the folder the prefix is in
+        if not folder.is_dir():
+            return
+        for path in folder.rglob("*"):
+            key = path.relative_to(self.path).as_posix()
+            if key.startswith(prefix) and not path.name.startswith(".") and path.is_file():
+                yield key, path
+
     def list(self, prefix: str = "") -> list[str]:
-        if not self.path.exists():
-            return []
-        keys = (p.relative_to(self.path).as_posix() for p in self.path.rglob("*") if p.is_file())
-        return sorted(k for k in keys if k.startswith(prefix) and not Path(k).name.startswith("."))
+        return sorted(key for key, _ in self._files(prefix))
+
+    def list_modified(self, prefix: str = "") -> dict[str, float]:
+        found = {}
+        for key, path in self._files(prefix):
+            try:
+                found[key] = path.stat().st_mtime
+            except FileNotFoundError:  # deleted since the listing (a released lock)
+                continue
+        return dict(sorted(found.items()))
 
 
 @dataclass
@@ -116,6 +137,20 @@ class S3OutputRoot:
             f"list {self.location(prefix)}", lambda: sorted(list_keys(self._base.bucket, self._key(prefix)))
         )
         return [k[start:] for k in keys]
+
+    def list_modified(self, prefix: str = "") -> dict[str, float]:
+        start = len(self._base.key)
+
+        def listing() -> dict[str, float]:
+            pages = (
+                s3_client()
+                .get_paginator("list_objects_v2")
+                .paginate(Bucket=self._base.bucket, Prefix=self._key(prefix))
+            )
+            items = (item for page in pages for item in page.get("Contents", []))
+            return {item["Key"][start:]: item["LastModified"].timestamp() for item in items}
+
+        return dict(sorted(retry_transient(f"list {self.location(prefix)}", listing).items()))
 
 
 def open_output_root(uri: str) -> OutputRoot:

@@ -47,4 +47,3 @@ class Catalog:
                 "catalog: %d existing samples of %s (%d new run(s) read)", len(self.sample_ids), self.model, matched
             )
         return self
-

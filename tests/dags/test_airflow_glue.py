@@ -96,7 +96,7 @@ def test_aws_connection_sets_the_environment_for_the_task_only(connection, monke
         assert os.environ["AWS_ACCESS_KEY_ID"] == "from-env"
 
 
-def test_params_become_a_run_config():
+def test_params_become_a_run_config(monkeypatch):
     from eagle_datagen_airflow.deployment import Deployment
     from eagle_datagen_airflow.runs import refuse_unknown_conf, run_config
 
@@ -118,6 +118,12 @@ def test_params_become_a_run_config():
     assert not run_config("math", "/r.yaml", "m", params | {"force_regenerate": True}, Deployment(["u"], "t"))[
         "incremental"
     ]
+    assert parsed.claim_ttl_s == 3600
+    monkeypatch.setenv("EAGLE_DATAGEN_CLAIM_TTL", "7200")  # a deployment whose shards queue for longer
+    assert run_config("math", "/r.yaml", "m", params, Deployment(["u"], "t"))["claim_ttl_s"] == 7200
+    monkeypatch.setenv("EAGLE_DATAGEN_CLAIM_TTL", "an hour")
+    with pytest.raises(ConfigError, match="EAGLE_DATAGEN_CLAIM_TTL='an hour' is not a positive number of seconds"):
+        run_config("math", "/r.yaml", "m", params, Deployment(["u"], "t"))
     refuse_unknown_conf({"temperature": 1}, params)
     with pytest.raises(ConfigError, match=r"unknown setting\(s\) \['temprature'\]"):
         refuse_unknown_conf({"temprature": 1}, params)
@@ -126,6 +132,7 @@ def test_params_become_a_run_config():
 def test_retry_policy_retries_transient_failures_and_fails_terminal_ones_at_once():
     from airflow.sdk import RetryAction
 
+    from eagle_datagen.generation.plan_lock import PlanLockBusy
     from eagle_datagen.generation.steps import RetryableShardError
     from eagle_datagen.validation.diagnosis import ValidationFailed
     from eagle_datagen_airflow.runs import RETRY_POLICY
@@ -134,6 +141,7 @@ def test_retry_policy_retries_transient_failures_and_fails_terminal_ones_at_once
         return RETRY_POLICY.evaluate(exc, try_number=1, max_tries=4).action
 
     assert action(RetryableShardError("3 samples ran out of attempts")) is RetryAction.DEFAULT  # retried
+    assert action(PlanLockBusy("other planners held the lock")) is RetryAction.RETRY  # a DataGenError, retried
     assert action(ConfigError("bad recipe")) is RetryAction.FAIL
     assert action(ValidationFailed(["73% of samples have no </think>"])) is RetryAction.FAIL
     assert action(ConnectionResetError()) is RetryAction.DEFAULT

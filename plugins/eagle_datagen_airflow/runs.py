@@ -111,6 +111,7 @@ def run_config(
         incremental=not params["force_regenerate"],
         per_weight_version=True,  # new weights make every sample new
         claim_ttl_s=claim_ttl_s(),
+        dry_run=params["dry_run"],
         draft_vocab_size=params["draft_vocab_size"],
         trust_remote_code=deployment.trust_remote_code,
     ).to_dict()

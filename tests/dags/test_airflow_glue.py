@@ -110,6 +110,7 @@ def test_params_become_a_run_config(monkeypatch):
         "shard_size": 500,
         "draft_vocab_size": 32000,
         "force_regenerate": False,
+        "dry_run": False,
     }
     config = run_config("math", "/r.yaml", "math-x", params, Deployment(urls=["http://a:1"], tokenizer="tok"))
     parsed = RunConfig.from_dict(json.loads(json.dumps(config)))

@@ -179,3 +179,10 @@ def test_runs_planning_at_once_skip_what_is_published_and_split_the_rest(tmp_pat
     expected = every_sample(tmp_path)
     planned = plan_concurrently(tmp_path, output)
     assert_split(planned, expected - every_sample(tmp_path / "five", prompts=5))
+
+
+def test_a_dry_run_claims_nothing(tmp_path):
+    output = str(tmp_path / "out")
+    assert len(plan_run(options(tmp_path, output, "dry", claim=False))) == 12
+    assert LocalOutputRoot(output).list("claims/") == []
+    assert len(plan_run(options(tmp_path, output, "real"))) == 12

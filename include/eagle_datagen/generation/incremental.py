@@ -5,7 +5,7 @@ flight (claims.py), and claims the rest, while holding the plan lock (plan_lock.
 at the same time under one output root (a backfill's runs, two command lines) split the new samples
 instead of each generating them all. The slow reads happen before the lock: the catalog is read first and
 only brought up to date (new manifests) under it. Every run, incremental or not, writes its claim, so
-incremental runs that plan while it is in flight leave its samples alone.
+incremental runs that plan while it is in flight leave its samples alone; a dry run claims nothing.
 """
 
 from __future__ import annotations
@@ -62,15 +62,18 @@ def claim_samples(
     per_weight_version: bool,
     claim_ttl_s: float,
     lock_policy: PlanLockPolicy,
+    claim: bool = True,
 ) -> list[PlannedPrompt]:
-    """The samples this run plans, claimed under its run id. Raises NothingToDo when none is new."""
+    """The samples this run plans, claimed under its run id (unless `claim` is False: a dry run, whose plan
+    is never generated). Raises NothingToDo when none is new."""
     ids = planned_sample_ids(planned, settings, model)
 
-    def claim(sample_ids: list[str]) -> Claim:
-        return Claim(run_id, model, weight_version, sorted(settings), sample_ids)
+    def write(sample_ids: list[str]) -> None:
+        if claim:
+            write_claim(root, Claim(run_id, model, weight_version, sorted(settings), sample_ids))
 
     if not incremental:
-        write_claim(root, claim([sid for row in ids for sid in row]))
+        write([sid for row in ids for sid in row])
         return planned
     wanted = weight_version if per_weight_version else None
     catalog = Catalog(model, wanted).refresh(root)
@@ -93,5 +96,5 @@ def claim_samples(
                 "output root"
             )
         lock.verify()
-        write_claim(root, claim(kept_ids))
+        write(kept_ids)
     return kept

@@ -84,6 +84,7 @@ class RunOptions:
     per_weight_version: bool = False  # with incremental: samples of other weight versions do not count
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S  # with incremental: how long a silent run in flight keeps its samples
     plan_lock: PlanLockPolicy = field(default_factory=PlanLockPolicy)
+    claim: bool = True  # False for a dry run: a plan that is never generated holds no samples
     canary_max_new_tokens: int = 4096
     preflight_wait_s: float = 30.0
 
@@ -254,6 +255,7 @@ def prepare_plan(
         per_weight_version=options.per_weight_version,
         claim_ttl_s=options.claim_ttl_s,
         lock_policy=options.plan_lock,
+        claim=options.claim,
     )
     shards = split_into_shards(planned, options.shard_size)
     plan = RunPlan(

@@ -62,6 +62,7 @@ class RunConfig:
     incremental: bool = False
     per_weight_version: bool = False
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
+    dry_run: bool = False  # plan only: the orchestrator generates nothing, so the plan claims no samples
     draft_vocab_size: int = 32000
     max_attempts: int = 8
     canary: bool = True
@@ -107,6 +108,7 @@ class RunConfig:
             incremental=self.incremental,
             per_weight_version=self.per_weight_version,
             claim_ttl_s=self.claim_ttl_s,
+            claim=not self.dry_run,
             publish=PublishOptions(draft_vocab_size=self.draft_vocab_size),
         )
 

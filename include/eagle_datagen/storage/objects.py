@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from eagle_datagen.errors import DataGenError
 from eagle_datagen.objectstore.s3 import describe_error, retry_transient, s3_client
 from eagle_datagen.storage.output_root import LocalOutputRoot, OutputRoot, S3OutputRoot, staged_file
 
+log = logging.getLogger(__name__)
 PART_SIZE = 16 * 1024 * 1024
 
 
@@ -197,9 +199,14 @@ def _delete_s3(root: S3OutputRoot, key: str, expected: bytes) -> bool:
         try:  # only the object just read: another writer's newer object there is left alone (412)
             client.delete_object(Bucket=bucket, Key=full_key, IfMatch=current["ETag"])
         except ClientError as exc:
-            if _is_precondition_failed(exc) or exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            code = exc.response.get("Error", {}).get("Code")
+            if _is_precondition_failed(exc) or code in ("NoSuchKey", "404"):
                 return False
-            raise
+            if code != "NotImplemented":
+                raise
+            # a store without conditional deletes (AWS, SeaweedFS and Ceph have them): the window is the read
+            log.warning("%s does not support conditional deletes; deleting %s unconditionally", root.uri, key)
+            client.delete_object(Bucket=bucket, Key=full_key)
         return True
 
     try:

@@ -23,12 +23,9 @@ from generation_runs import run_options
 HOUR = 3600.0
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
-def output(request, tmp_path) -> str:
-    if request.param == "local":
-        return str(tmp_path / "out")
-    request.getfixturevalue("s3_env")
-    return f"s3://eagle/claims-{request.node.name.replace('[', '-').rstrip(']')}"
+@pytest.fixture
+def output(output_uri) -> str:
+    return output_uri
 
 
 def options(tmp_path: Path, output: str, run_id: str, prompts: int = 12, **changes) -> RunOptions:

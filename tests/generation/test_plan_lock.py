@@ -11,17 +11,14 @@ import pytest
 
 from eagle_datagen.generation.plan_lock import LOCK_KEY, PlanLock, PlanLockBusy, PlanLockPolicy
 from eagle_datagen.storage.objects import put_once
-from eagle_datagen.storage.output_root import LocalOutputRoot, S3OutputRoot
+from eagle_datagen.storage.output_root import open_output_root
 
 FAST = PlanLockPolicy(wait_s=60.0, stale_s=60.0, poll_s=0.02)
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
-def root(request, tmp_path):
-    if request.param == "local":
-        return LocalOutputRoot(str(tmp_path / "out"))
-    request.getfixturevalue("s3_env")
-    return S3OutputRoot(f"s3://eagle/lock-{request.node.name.replace('[', '-').rstrip(']')}")
+@pytest.fixture
+def root(output_uri):
+    return open_output_root(output_uri)
 
 
 def wait_until(condition, what: str, deadline_s: float = 60.0) -> None:

@@ -11,7 +11,7 @@ from eagle_datagen.errors import DataGenError
 from eagle_datagen.objectstore.s3 import TRANSIENT_CODES
 from eagle_datagen.storage import objects
 from eagle_datagen.storage.objects import ObjectCollision, delete_if_unchanged, expected_s3_checksum, put_once
-from eagle_datagen.storage.output_root import LocalOutputRoot, S3OutputRoot
+from eagle_datagen.storage.output_root import LocalOutputRoot, S3OutputRoot, open_output_root
 
 
 def test_local_put_once_is_idempotent_and_refuses_other_content(tmp_path):
@@ -115,12 +115,9 @@ def test_permanent_errors_stop_with_one_line(s3_root, monkeypatch):
     assert "\n" not in str(info.value)
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
-def any_root(request, tmp_path):
-    if request.param == "local":
-        return LocalOutputRoot(str(tmp_path / "root"))
-    request.getfixturevalue("s3_env")
-    return S3OutputRoot(f"s3://eagle/any-{request.node.name.replace('[', '-').rstrip(']')}")
+@pytest.fixture
+def any_root(output_uri):
+    return open_output_root(output_uri)
 
 
 def test_delete_if_unchanged_deletes_only_the_content_it_was_given(any_root):

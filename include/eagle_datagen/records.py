@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,8 +103,10 @@ def excerpt_of(raw: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 
-def _check_strings(value: Any, where: str, depth: int = 0) -> None:
-    """Reject NUL bytes, lone surrogates (not encodable as UTF-8) and absurd nesting anywhere in the prompt."""
+def _check_values(value: Any, where: str, depth: int = 0) -> None:
+    """Reject what JSON cannot hold or the tokenizer must not see, anywhere in the prompt: NUL bytes, lone
+    surrogates (not encodable as UTF-8), NaN and Infinity, non-JSON values (Parquet bytes, timestamps),
+    non-string keys, and absurd nesting."""
     if depth > MAX_NESTING:
         raise _Invalid("too_deeply_nested", f"{where} is nested more than {MAX_NESTING} levels deep")
     if isinstance(value, str):
@@ -113,11 +116,18 @@ def _check_strings(value: Any, where: str, depth: int = 0) -> None:
             raise _Invalid("lone_surrogate", f"{where} contains a lone UTF-16 surrogate (not valid UTF-8 text)")
     elif isinstance(value, dict):
         for key, item in value.items():
-            _check_strings(key, f"{where} key", depth + 1)
-            _check_strings(item, f"{where}.{key}", depth + 1)
+            if not isinstance(key, str):
+                raise _Invalid("bad_field_type", f"{where} has a {type(key).__name__} key (JSON keys are strings)")
+            _check_values(key, f"{where} key", depth + 1)
+            _check_values(item, f"{where}.{key}", depth + 1)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _check_strings(item, f"{where}[{i}]", depth + 1)
+            _check_values(item, f"{where}[{i}]", depth + 1)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Invalid("bad_field_type", f"{where} is {value} (JSON has no NaN or Infinity)")
+    elif value is not None and not isinstance(value, int):  # bool is an int
+        raise _Invalid("bad_field_type", f"{where} holds a {type(value).__name__} value; only JSON values are allowed")
 
 
 def _validate_tools(tools: Any) -> list[dict[str, Any]] | None:
@@ -241,13 +251,13 @@ def validate_record(
             record_id = None
             raise _Invalid("bad_id", f"id must be a non-empty string of at most {MAX_RECORD_ID_CHARS} characters")
         if isinstance(record_id, str):
-            _check_strings(record_id, "id")
+            _check_values(record_id, "id")
         category = _validate_category(raw, category_hint)
         source = raw.get("source")
         if source is not None and not isinstance(source, str):
             raise _Invalid("bad_field_type", "source must be a string")
-        _check_strings(raw.get("messages"), "messages")
-        _check_strings(raw.get("tools"), "tools")
+        _check_values(raw.get("messages"), "messages")
+        _check_values(raw.get("tools"), "tools")
         messages = _validate_messages(raw.get("messages"), limits)
         tools = _validate_tools(raw.get("tools"))
         canonical = canonical_prompt_json(messages, tools)

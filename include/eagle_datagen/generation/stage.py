@@ -35,7 +35,7 @@ from eagle_datagen.generation.plan import (
 from eagle_datagen.generation.publish import PublishOptions, publish_run
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
-from eagle_datagen.inference.preflight import ServerInfo, preflight
+from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, preflight
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.samples import SampleRequest, make_sample_id
 from eagle_datagen.inference.scheduler import generation_details, run_samples
@@ -272,6 +272,7 @@ def run_generation(options: RunOptions) -> RunSummary:
     started = time.monotonic()
     if not options.sglang_urls:
         raise ConfigError("give at least one --sglang-url")
+    check_endpoint_urls(options.sglang_urls)
     run_id = check_run_id(options.run_id or new_run_id())
     setup = setup_tokenize(options.prompts)
     root = open_output_root(options.prompts.output)

@@ -65,6 +65,9 @@ class RunConfig:
     canary: bool = True
     trust_remote_code: bool = False
 
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)  # every step builds storage keys from it, finalize included
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
         known = {f.name for f in dataclasses.fields(cls)}
@@ -77,7 +80,6 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def options(self) -> RunOptions:
-        check_run_id(self.run_id)
         return RunOptions(
             prompts=TokenizeOptions(
                 output=self.output,

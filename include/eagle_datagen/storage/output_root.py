@@ -1,7 +1,8 @@
 """An output root: a local directory or `s3://bucket/prefix`, addressed by relative keys.
 
 Local writes go to a temporary name and are renamed into place, so a reader never sees half a file.
-S3 writes carry a SHA256 checksum that the server verifies.
+S3 writes carry a SHA256 checksum that the server verifies. Keys are checked before use: a key built
+from a tampered plan or manifest (`../`, an absolute path) must not reach outside the root.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from eagle_datagen.errors import DataGenError
+from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, list_keys, s3_client
 
 
@@ -28,6 +29,22 @@ class OutputRoot(Protocol):
     def list(self, prefix: str = "") -> list[str]: ...
 
     def location(self, key: str) -> str: ...
+
+
+class UnsafeKey(DataGenError):
+    """A key that would address something outside the output root."""
+
+
+def check_key(key: str) -> str:
+    """`key` when it is a plain relative path inside the root: no absolute path, no '.' or '..' or empty
+    segment, no backslash or NUL."""
+    parts = key.split("/")
+    if not key or "\\" in key or "\x00" in key or any(part in ("", ".", "..") for part in parts):
+        raise UnsafeKey(
+            f"refusing storage key {key!r}: keys stay inside the output root (relative, no '.', '..' or empty "
+            "segments, no backslash or NUL); was a plan or manifest edited by hand?"
+        )
+    return key
 
 
 @contextmanager
@@ -54,17 +71,20 @@ class LocalOutputRoot:
     def path(self) -> Path:
         return Path(self.uri)
 
+    def _path(self, key: str) -> Path:
+        return self.path / check_key(key)
+
     def location(self, key: str) -> str:
-        return str(self.path / key)
+        return str(self._path(key))
 
     def write_bytes(self, key: str, data: bytes) -> str:
-        target = self.path / key
+        target = self._path(key)
         with staged_file(target, data) as tmp:
             os.replace(tmp, target)
         return str(target)
 
     def read_bytes(self, key: str) -> bytes:
-        return (self.path / key).read_bytes()
+        return self._path(key).read_bytes()
 
     def list(self, prefix: str = "") -> list[str]:
         if not self.path.exists():
@@ -82,7 +102,7 @@ class S3OutputRoot:
         return S3Uri.parse(self.uri.rstrip("/") + "/")
 
     def _key(self, key: str) -> str:
-        return self._base.key + key
+        return self._base.key + check_key(key)
 
     def location(self, key: str) -> str:
         return f"s3://{self._base.bucket}/{self._key(key)}"
@@ -106,4 +126,17 @@ class S3OutputRoot:
 
 
 def open_output_root(uri: str) -> OutputRoot:
-    return S3OutputRoot(uri) if is_s3_uri(uri) else LocalOutputRoot(uri)
+    if not uri or "\x00" in uri:
+        raise ConfigError(f"bad output root {uri!r}: give a local folder or s3://bucket/prefix")
+    if not is_s3_uri(uri):
+        return LocalOutputRoot(uri)
+    try:
+        base = S3Uri.parse(uri.rstrip("/") + "/")
+        if base.key:
+            check_key(base.key.rstrip("/"))
+    except (ValueError, UnsafeKey):
+        raise ConfigError(
+            f"bad output root {uri!r}: give s3://bucket/prefix (a bucket, then a prefix without '.', '..' or "
+            "empty segments)"
+        ) from None
+    return S3OutputRoot(uri)

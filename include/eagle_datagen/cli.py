@@ -163,6 +163,14 @@ def _add_tokenizer_arguments(parser: argparse.ArgumentParser) -> None:
         "tokenizer; only for sources you trust)",
     )
     group.add_argument(
+        "--allow-special-token-text",
+        action="store_true",
+        default=None,
+        help="keep records whose text (a user typing <|im_end|> or <think>) would become special tokens the chat "
+        "template did not place; by default they are rejected as special_token_text (default: the recipe's, "
+        "else off)",
+    )
+    group.add_argument(
         "--max-prompt-tokens",
         type=_positive_int,
         metavar="N",
@@ -424,6 +432,7 @@ def _tokenize_options(args: argparse.Namespace) -> TokenizeOptions:
         seed=args.seed,
         processes=args.processes,
         trust_remote_code=args.trust_remote_code,
+        allow_special_token_text=args.allow_special_token_text,
     )
 
 

@@ -40,6 +40,7 @@ from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.samples import SampleRequest, make_sample_id
 from eagle_datagen.inference.scheduler import generation_details, run_samples
 from eagle_datagen.progress import Progress
+from eagle_datagen.sources.collect import check_sources
 from eagle_datagen.sources.recipe import Defaults, Recipe
 from eagle_datagen.storage.catalog import existing_sample_ids
 from eagle_datagen.storage.output_root import OutputRoot, open_output_root
@@ -277,6 +278,8 @@ def run_generation(options: RunOptions) -> RunSummary:
     setup = setup_tokenize(options.prompts)
     root = open_output_root(options.prompts.output)
     existing = load_plan(root, run_id)
+    if existing is None:  # a rerun works from its plan and needs no sources
+        check_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
     model = options.model or setup.profile.model
     canary = canary_request(setup, options, existing)
     servers = asyncio.run(

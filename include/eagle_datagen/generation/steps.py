@@ -32,6 +32,7 @@ from eagle_datagen.generation.stage import (
 from eagle_datagen.inference.preflight import ServerInfo, preflight
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.profile import load_profile
+from eagle_datagen.sources.collect import check_sources
 from eagle_datagen.storage.output_root import open_output_root
 from eagle_datagen.tokenization.stage import TokenizeOptions, setup_tokenize
 
@@ -123,6 +124,8 @@ def preflight_step(config: RunConfig | dict[str, Any]) -> list[dict[str, Any]]:
     cfg = _config(config)
     options = cfg.options()
     setup = setup_tokenize(options.prompts)
+    if load_plan(open_output_root(cfg.output), cfg.run_id) is None:  # missing sources fail before the canary
+        check_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
     canary = canary_request(setup, options)
     servers = asyncio.run(preflight(cfg.sglang_urls, setup.profile, cfg.model or setup.profile.model, canary))
     return [dataclasses.asdict(s) for s in servers]

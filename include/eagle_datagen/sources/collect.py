@@ -78,6 +78,12 @@ def plans_from_sources(specs: list[str]) -> list[SourcePlan]:
     return [SourcePlan(None, tuple(SourceSpec(path=s) for s in specs))]
 
 
+def check_sources(plans: list[SourcePlan], base_dir: Path | None = None) -> int:
+    """Resolve every source spec now (a missing file or bucket is a `SourceError` before any GPU time is
+    spent); returns the number of files. Reading and validating them comes later, in `collect_prompts`."""
+    return sum(len(resolve_source(spec.path, base_dir)) for plan in plans for spec in plan.sources)
+
+
 def cap_prompts(prompts: list[PromptRecord], cap: int | None, seed: int, salt: str) -> list[PromptRecord]:
     """Deterministic sample of `cap` prompts, kept in their original order."""
     if cap is None or len(prompts) <= cap:

@@ -20,6 +20,7 @@ Relative source paths are resolved against the recipe file's folder.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -136,6 +137,24 @@ def parse_recipe(raw: Any, origin: str = "<recipe>", base_dir: Path | None = Non
         raise ConfigError(f"recipe {origin} is invalid: {_first_error(exc)}") from None
 
 
+class _RecipeLoader(yaml.SafeLoader):
+    """safe_load, except that a key given twice is an error (YAML would keep the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults` may be overridden key by key
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable):
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _check_expansion(value: Any, origin: str) -> None:
     """YAML aliases can make a small file expand to billions of values (or refer to themselves)."""
     sizes: dict[int, int] = {}
@@ -171,7 +190,7 @@ def load_recipe(path: str | Path) -> Recipe:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read recipe {path}: {exc}") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_RecipeLoader)  # noqa: S506 - a SafeLoader subclass
         _check_expansion(raw, str(path))
     except yaml.YAMLError as exc:
         raise ConfigError(f"recipe {path} is not valid YAML: {' '.join(str(exc).split())[:300]}") from None

@@ -561,6 +561,12 @@ def _build_standin(args: argparse.Namespace) -> int:
     return 0
 
 
+def one_line(text: str) -> str:
+    """The message with control characters escaped: a newline or NUL from a bad path stays visible, and the
+    error stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     args = build_parser().parse_args(argv)
@@ -572,7 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except DataGenError as exc:
-        print(f"eagle-datagen: error: {redact(str(exc))}", file=sys.stderr)
+        print(f"eagle-datagen: error: {one_line(redact(str(exc)))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("eagle-datagen: interrupted", file=sys.stderr)

@@ -274,7 +274,8 @@ def run_generation(options: RunOptions) -> RunSummary:
     if not options.sglang_urls:
         raise ConfigError("give at least one --sglang-url")
     check_endpoint_urls(options.sglang_urls)
-    run_id = check_run_id(options.run_id or new_run_id())
+    # An empty --run-id (an unset variable in a script) must not quietly start a new run instead of resuming.
+    run_id = check_run_id(options.run_id if options.run_id is not None else new_run_id())
     setup = setup_tokenize(options.prompts)
     root = open_output_root(options.prompts.output)
     existing = load_plan(root, run_id)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from eagle_datagen.errors import ConfigError, RejectRateExceeded
 from eagle_datagen.progress import Progress
-from eagle_datagen.records import DEFAULT_LIMITS, PromptRecord, RecordLimits, Reject, validate_record
+from eagle_datagen.records import CATEGORY_PATTERN, DEFAULT_LIMITS, PromptRecord, RecordLimits, Reject, validate_record
 from eagle_datagen.sources.locations import resolve_source
 from eagle_datagen.sources.readers import read_rows
 from eagle_datagen.sources.recipe import Recipe, SourceSpec
@@ -123,7 +123,10 @@ def collect_prompts(
                     else:
                         outcome = validate_record(row.value, row.origin, plan.category, limits)
                     if isinstance(outcome, Reject):
-                        category = plan.category or outcome.category or UNKNOWN_CATEGORY
+                        # A reject's own category may be anything (a path, a NUL, 1000 characters): counted
+                        # and printed under "(none)" unless it is a valid name.
+                        named = outcome.category if CATEGORY_PATTERN.fullmatch(outcome.category or "") else None
+                        category = plan.category or named or UNKNOWN_CATEGORY
                         counts[category].read += 1
                         counts[category].rejected += 1
                         rejects.append(outcome)

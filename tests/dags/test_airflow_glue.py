@@ -25,6 +25,18 @@ def test_run_ids_are_stable_per_dag_run_and_valid_for_the_package():
         assert "." not in run_id  # manifests/run=<id>.json: the manifest listing splits on the dot
 
 
+def test_run_ids_that_differ_only_in_replaced_characters_stay_distinct():
+    """`a.b` and `a:b` both become `a-b`: without the hash the second DAG run would continue the first's plan."""
+    from eagle_datagen_airflow.runs import run_id_for, sanitize
+
+    ids = {run_id_for("math", r) for r in ("my.run", "my:run", "my+run", "my-run", "..", ".", "_x", "x_")}
+    assert len(ids) == 8
+    for run_id in ids:
+        check_run_id(run_id)
+    assert sanitize("manual_run-1") == "manual_run-1"  # nothing replaced: unchanged
+    assert sanitize("..") == sanitize("..") and check_run_id(sanitize(".."))
+
+
 @pytest.fixture
 def connection(monkeypatch):
     def make(conn_id: str, **fields):

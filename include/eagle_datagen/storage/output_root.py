@@ -47,6 +47,13 @@ def check_key(key: str) -> str:
     return key
 
 
+def check_prefix(prefix: str) -> str:
+    """A listing prefix: empty, or a key (a trailing '/' allowed, and a partial last segment)."""
+    if prefix:
+        check_key(prefix.removesuffix("/"))
+    return prefix
+
+
 @contextmanager
 def staged_file(target: Path, data: bytes) -> Iterator[str]:
     """`data` written and synced to a hidden temporary file beside `target`, removed when the block ends
@@ -122,7 +129,7 @@ class S3OutputRoot:
 
     def list(self, prefix: str = "") -> list[str]:
         start = len(self._base.key)
-        return sorted(k[start:] for k in list_keys(self._base.bucket, self._key(prefix)))
+        return sorted(k[start:] for k in list_keys(self._base.bucket, self._base.key + check_prefix(prefix)))
 
 
 def open_output_root(uri: str) -> OutputRoot:

@@ -22,6 +22,44 @@ MAX_NESTING = 32
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+# Every reason a prompt record can be rejected for, by stage: code -> what it means.
+REJECT_REASONS: dict[str, str] = {
+    # read (sources/readers.py)
+    "invalid_json": "the line (or a JSON column) is not JSON, NaN and Infinity included",
+    "invalid_utf8": "the line is not valid UTF-8",
+    "too_deeply_nested": "nested deeper than the parser (or MAX_NESTING) allows",
+    "duplicate_key": "an object names a key twice: parsers disagree on which value wins",
+    # validate (this module)
+    "not_an_object": "the record is not a JSON object",
+    "bad_id": "id is not a non-empty string of at most 256 characters",
+    "bad_category": "category is not [a-z0-9][a-z0-9_-]{0,63}",
+    "missing_category": "no category, and no recipe maps the source to one",
+    "missing_messages": "no messages",
+    "messages_not_list": "messages is not a list",
+    "empty_messages": "messages is empty",
+    "too_many_messages": "more messages than RecordLimits.max_messages",
+    "message_not_object": "a message is not an object",
+    "unknown_role": "a role other than system, user, assistant, tool",
+    "missing_content": "a message without content (only an assistant turn with tool_calls may have none)",
+    "content_not_string": "content is not a string",
+    "empty_content": "a user message with blank content",
+    "bad_field_type": "a field of the wrong type, or a value JSON cannot hold (bytes, NaN, a non-string key)",
+    "nul_byte": "a NUL byte in a string",
+    "lone_surrogate": "a lone UTF-16 surrogate (not encodable as UTF-8)",
+    "last_message_role": "the prompt does not end with a user or tool message",
+    "tools_not_list": "tools is not a list",
+    "bad_tool": "a tool that is not a function spec with a unique name",
+    "bad_tool_calls": "tool_calls that are not a list of calls with id, name and arguments",
+    "tool_result_without_call": "a tool message that answers no earlier tool call",
+    "record_too_large": "the prompt's JSON is larger than max_record_bytes",
+    # tokenize (tokenization/tokenize.py)
+    "template_error": "the chat template raised an error",
+    "prompt_suffix_mismatch": "the rendered prompt does not end in the profile's prompt suffix",
+    "prompt_too_long": "more tokens than max_prompt_tokens or the model's context",
+    "special_token_text": "text that would put special tokens into the prompt the template did not place",
+}
+
+
 @dataclass(frozen=True)
 class RecordLimits:
     # A prompt far beyond any context window only wastes tokenizer time; 1 MB is ~250k tokens of text.

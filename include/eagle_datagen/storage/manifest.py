@@ -130,7 +130,7 @@ def _manifest_problem(raw: Any) -> str | None:
             check_key(entry["key"])
         except UnsafeKey:
             return f"{where}.key {entry['key'][:120]!r} points outside the output root"
-        if entry.get("kind") not in FILE_KINDS:
+        if not isinstance(entry.get("kind"), str) or entry["kind"] not in FILE_KINDS:
             return f"{where}.kind {str(entry.get('kind'))[:40]!r} is not one of {sorted(FILE_KINDS)}"
         if not isinstance(entry.get("sha256"), str) or not _SHA256.fullmatch(entry["sha256"]):
             return f"{where}.sha256 must be 64 lowercase hex digits"

@@ -24,6 +24,7 @@ from eagle_datagen.storage.manifest import (
     verify_manifest,
 )
 from eagle_datagen.storage.output_root import LocalOutputRoot, UnsafeKey, check_key
+from fuzz_strategies import one_value_changed
 
 FILES = [
     ManifestFile("data/category=math/run=r1/part-00000.parquet", "data", "a" * 64, 1234, rows=10, category="math"),
@@ -53,16 +54,6 @@ def test_a_manifest_eagle_datagen_wrote_parses():
     assert parse_manifest(GOOD_BYTES, "m.json", "r1") == GOOD
 
 
-def _paths(value, prefix=()):
-    yield prefix
-    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, child in children:
-        yield from _paths(child, (*prefix, key))
-
-
-PATHS = [p for p in _paths(GOOD) if p]
-
-
 @st.composite
 def damaged(draw) -> bytes:
     """The good manifest, damaged one way: truncated, bytes flipped, a value replaced or removed, or noise."""
@@ -78,19 +69,11 @@ def damaged(draw) -> bytes:
         return draw(st.binary(max_size=200))
     if how == "other_json":
         return json.dumps(draw(ANY_JSON)).encode()
-    manifest = copy.deepcopy(GOOD)
     if how == "unsafe_key":
+        manifest = copy.deepcopy(GOOD)
         manifest["files"][draw(st.integers(0, len(FILES) - 1))]["key"] = draw(UNSAFE_KEYS)
         return json.dumps(manifest).encode()
-    *parent_path, last = draw(st.sampled_from(PATHS))
-    parent = manifest
-    for key in parent_path:
-        parent = parent[key]
-    if how == "remove" and isinstance(parent, dict):
-        del parent[last]
-    else:
-        parent[last] = draw(ANY_JSON)
-    return json.dumps(manifest).encode()
+    return json.dumps(draw(one_value_changed(GOOD, ANY_JSON))).encode()  # a value replaced or removed
 
 
 def check_parsed(manifest: dict) -> None:

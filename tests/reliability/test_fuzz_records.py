@@ -4,7 +4,6 @@ an exception. Budgets and reproducibility: the hypothesis profile in tests/conft
 
 from __future__ import annotations
 
-import copy
 import gzip
 import hashlib
 import json
@@ -27,6 +26,7 @@ from eagle_datagen.records import (
 )
 from eagle_datagen.sources.locations import SourceFile
 from eagle_datagen.sources.readers import RawRow, read_rows
+from fuzz_strategies import one_value_changed
 
 from conftest import REPO
 
@@ -85,31 +85,6 @@ VALID = {
 }  # fmt: skip
 
 
-def _paths(value, prefix=()):
-    yield prefix
-    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, child in children:
-        yield from _paths(child, (*prefix, key))
-
-
-PATHS = [p for p in _paths(VALID) if p]
-
-
-@st.composite
-def one_value_changed(draw):
-    """The valid record with one value somewhere replaced by anything, or removed: reaches every check."""
-    record = copy.deepcopy(VALID)
-    *parent_path, last = draw(st.sampled_from(PATHS))
-    parent = record
-    for key in parent_path:
-        parent = parent[key]
-    if draw(st.booleans()) and isinstance(parent, dict):
-        del parent[last]
-    else:
-        parent[last] = draw(ANY_JSON)
-    return record
-
-
 def check_outcome(outcome: PromptRecord | Reject) -> None:
     """The invariants of either outcome."""
     if isinstance(outcome, Reject):
@@ -134,7 +109,7 @@ def test_the_valid_record_is_valid():
     assert isinstance(validate_record(VALID, "fuzz:1"), PromptRecord)
 
 
-@given(one_value_changed())
+@given(one_value_changed(VALID, ANY_JSON))
 def test_a_valid_record_with_any_one_value_changed_is_a_record_or_a_reject(value):
     check_outcome(validate_record(value, "fuzz:1"))
 

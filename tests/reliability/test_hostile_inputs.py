@@ -167,35 +167,25 @@ def test_accepted_hostile_text_is_tokenized_exactly_as_the_template_renders_it(t
         assert [i for i in ids if i in specials] == structure, name  # odd spellings stay ordinary text
 
 
-@pytest.mark.slow
-def test_a_hostile_run_loses_no_sample_and_writes_only_under_its_root(tmp_path):
+def run_records(records: Path, output: str, run_id: str, *extra: str) -> subprocess.CompletedProcess:
+    """`eagle-datagen run` over a records file against a stand-in server of its own."""
     from eagle_datagen.standin.sglang.config import SimConfig
     from eagle_datagen.standin.sglang.runner import SimServerThread
 
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        return cli(
+            "run", "--prompts", str(records), "--tokenizer", "standin:kimi-k2.5", "--sglang-url", sim.url,
+            "--output", output, "--run-id", run_id, "--max-reject-rate", "1", "--draft-vocab-size", "16", *extra,
+        )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_hostile_run_loses_no_sample_and_writes_only_under_its_root(tmp_path):
     shutil.copy(CORPUS / "records.jsonl", tmp_path / "records.jsonl")
     (tmp_path / "outside").mkdir()
     before = snapshot(tmp_path)
     out = tmp_path / "root"
-    with SimServerThread(SimConfig().with_profile("instant")) as sim:
-        result = cli(
-            "run",
-            "--prompts",
-            str(tmp_path / "records.jsonl"),
-            "--tokenizer",
-            "standin:kimi-k2.5",
-            "--sglang-url",
-            sim.url,
-            "--output",
-            str(out),
-            "--run-id",
-            "hostile",
-            "--samples-per-prompt",
-            "2",
-            "--max-reject-rate",
-            "1",
-            "--draft-vocab-size",
-            "16",
-        )
+    result = run_records(tmp_path / "records.jsonl", str(out), "hostile", "--samples-per-prompt", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     assert {k: v for k, v in snapshot(tmp_path).items() if not k.startswith("root/")} == before
     accepted = sum(c["expect"] == "accept" for c in cases("record"))
@@ -216,9 +206,6 @@ def test_a_hostile_run_loses_no_sample_and_writes_only_under_its_root(tmp_path):
 
 @pytest.mark.slow
 def test_hostile_records_on_s3_stay_under_their_prefix(tmp_path, s3_env):
-    from eagle_datagen.standin.sglang.config import SimConfig
-    from eagle_datagen.standin.sglang.runner import SimServerThread
-
     client = s3_env.client()
 
     def bucket() -> set[str]:
@@ -227,24 +214,7 @@ def test_hostile_records_on_s3_stay_under_their_prefix(tmp_path, s3_env):
 
     prefix = f"hostile-{uuid.uuid4().hex[:8]}/"
     before = bucket()
-    with SimServerThread(SimConfig().with_profile("instant")) as sim:
-        result = cli(
-            "run",
-            "--prompts",
-            str(CORPUS / "records.jsonl"),
-            "--tokenizer",
-            "standin:kimi-k2.5",
-            "--sglang-url",
-            sim.url,
-            "--output",
-            f"s3://eagle/{prefix}",
-            "--run-id",
-            "hostile-s3",
-            "--max-reject-rate",
-            "1",
-            "--draft-vocab-size",
-            "16",
-        )
+    result = run_records(CORPUS / "records.jsonl", f"s3://eagle/{prefix}", "hostile-s3")
     assert result.returncode == 0, result.stderr[-3000:]
     new = bucket() - before
     assert new and all(key.startswith(prefix) for key in new), sorted(new)[:10]

@@ -93,10 +93,10 @@ def tokenize_batch(
         rendered.append((record, text))
     texts = [text for _, text in rendered] + extra_texts
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-    skeleton_ids = encoded[len(rendered) :]
+    encoded, skeleton_ids = encoded[: len(rendered)], encoded[len(rendered) :]
     suffix = profile.prompt_suffix_ids
     tokenized: list[TokenizedPrompt] = []
-    for index, ((record, _), ids) in enumerate(zip(rendered, encoded, strict=False)):
+    for index, ((record, _), ids) in enumerate(zip(rendered, encoded, strict=True)):
         limit = min(limits.get(record.category, limits.get("*", profile.context_length)), profile.context_length - 1)
         if index in skeletons:
             assert guard is not None

@@ -34,8 +34,10 @@ def deployment(tmp_path_factory):
     lines = (DEMO_PROMPTS / "chat.jsonl").read_text(encoding="utf-8").splitlines()[:4]
     (folder / "chat.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     recipe = folder / "recipe.yaml"
+    # A category of its own: an asset is named by its category (eagle_datagen__<category>), and Airflow does not
+    # activate an asset whose name another test's recipe already gave to another URI.
     recipe.write_text(
-        "version: 1\nname: secrettest\ncategories:\n  chat:\n    sources: [chat.jsonl]\n"
+        "version: 1\nname: secrettest\ncategories:\n  secretcheck:\n    sources: [chat.jsonl]\n"
         "    sampling: {max_new_tokens: 256}\n",
         encoding="utf-8",
     )
@@ -86,7 +88,7 @@ def test_a_dag_run_with_secret_connections_leaks_them_nowhere(deployment, capfd,
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    run = bag.get_dag("eagle_datagen__chat").test(
+    run = bag.get_dag("eagle_datagen__secretcheck").test(
         run_conf={"output": deployment["output"], "shard_size": 2, "draft_vocab_size": 16}
     )
     assert run.state == "success", [(ti.task_id, ti.state) for ti in run.get_task_instances()]
@@ -101,7 +103,7 @@ def test_a_dag_run_with_secret_connections_leaks_them_nowhere(deployment, capfd,
     assert leaks([secret_key, sglang_password], {"raw task logs": raw.encode()}) == []
     task_logs = redact(raw)
     assert deployment["secrets"][0] in raw and "***" in task_logs
-    xcoms = xcom_values("eagle_datagen__chat", run.run_id)
+    xcoms = xcom_values("eagle_datagen__secretcheck", run.run_id)
     assert any(key.startswith("xcom preflight") for key in xcoms)
     texts = {"stdout": output.out.encode(), "stderr": output.err.encode(), "task logs": task_logs.encode(), **xcoms}
     texts |= files_under(Path(os.environ["AIRFLOW_HOME"]))  # logs, the metadata DB: all that Airflow wrote

@@ -277,3 +277,43 @@ def test_bad_recipes_run_ids_and_flags_stop_before_the_server_sees_a_request(cas
     assert not out.exists() or not snapshot(out)  # and nothing written
     assert "hunter2" not in result.stdout + result.stderr  # a password in a URL is never echoed
     assert not Path("/tmp/eagle-datagen-pwned").exists()  # the YAML code-execution tag did not run
+
+
+def test_run_ids_a_command_line_cannot_carry_are_refused_by_every_step(tmp_path):
+    """NUL cannot be in argv; the orchestrator steps take run ids as JSON and must refuse it too."""
+    from eagle_datagen.errors import ConfigError
+    from eagle_datagen.generation.stage import check_run_id
+    from eagle_datagen.generation.steps import RunConfig, finalize_step
+
+    for run_id in ("a\x00b", "../x", "", "x\n"):
+        with pytest.raises(ConfigError, match="must match"):
+            check_run_id(run_id)
+        with pytest.raises(ConfigError, match="must match"):
+            RunConfig(output=str(tmp_path), tokenizer="t", sglang_urls=["http://h:1"], run_id=run_id)
+    config = {"output": str(tmp_path), "tokenizer": "t", "sglang_urls": ["http://h:1"], "run_id": "../../etc"}
+    with pytest.raises(ConfigError, match="must match"):
+        finalize_step(config)
+
+
+def test_export_refuses_a_run_id_that_is_a_path(tmp_path):
+    result = cli("export", "--output", str(tmp_path), "--run-id", "../../etc", "--to", str(tmp_path / "x.jsonl"))
+    assert_stopped_with(result, 1, "must match")
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "key", ["../x", "/etc/x", "data/category=../../../x/run=r/part-00000.parquet", "a//b", "a\x00b"]
+)
+def test_keys_from_a_tampered_plan_or_manifest_cannot_leave_the_root(tmp_path, key):
+    from eagle_datagen.storage.objects import put_once
+    from eagle_datagen.storage.output_root import LocalOutputRoot, S3OutputRoot, UnsafeKey
+
+    (tmp_path / "root").mkdir()
+    root = LocalOutputRoot(str(tmp_path / "root"))
+    before = snapshot(tmp_path)
+    for write in (root.write_bytes, lambda k, d: put_once(root, k, d), S3OutputRoot("s3://b/p").write_bytes):
+        with pytest.raises(UnsafeKey, match="keys stay inside the output root"):
+            write(key, b"x")
+    with pytest.raises(UnsafeKey):
+        root.read_bytes(key)
+    assert snapshot(tmp_path) == before

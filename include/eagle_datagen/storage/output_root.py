@@ -118,8 +118,9 @@ class S3OutputRoot:
         return self._base.bucket, self._key(key)
 
     def write_bytes(self, key: str, data: bytes) -> str:
+        full_key = self._key(key)  # an unsafe key is refused before any request
         try:
-            s3_client().put_object(Bucket=self._base.bucket, Key=self._key(key), Body=data, ChecksumAlgorithm="SHA256")
+            s3_client().put_object(Bucket=self._base.bucket, Key=full_key, Body=data, ChecksumAlgorithm="SHA256")
         except Exception as exc:
             raise DataGenError(f"cannot write {self.location(key)}: {describe_error(exc)}") from None
         return self.location(key)

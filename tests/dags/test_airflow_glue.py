@@ -16,7 +16,7 @@ def test_run_ids_are_stable_per_dag_run_and_valid_for_the_package():
     from eagle_datagen_airflow.runs import run_id_for
 
     scheduled = run_id_for("math", "scheduled__2026-11-29T03:00:00+00:00")
-    assert scheduled == "math-scheduled__2026-11-29T03-00-00-00-00"
+    assert scheduled.startswith("math-scheduled__2026-11-29T03-00-00-00-00-")  # + a hash: ':' and '+' replaced
     assert run_id_for("math", "scheduled__2026-11-29T03:00:00+00:00") == scheduled  # every try, every worker
     assert run_id_for("chat", "scheduled__2026-11-29T03:00:00+00:00") != scheduled
     long_a, long_b = run_id_for("math", "x" * 300 + "a"), run_id_for("math", "x" * 300 + "b")
@@ -24,6 +24,18 @@ def test_run_ids_are_stable_per_dag_run_and_valid_for_the_package():
     for run_id in (scheduled, long_a, run_id_for("math", "manual__2026-11-29T17:11:11.814761+00:00")):
         check_run_id(run_id)
         assert "." not in run_id  # manifests/run=<id>.json: the manifest listing splits on the dot
+
+
+def test_run_ids_that_differ_only_in_replaced_characters_stay_distinct():
+    """`a.b` and `a:b` both become `a-b`: without the hash the second DAG run would continue the first's plan."""
+    from eagle_datagen_airflow.runs import run_id_for, sanitize
+
+    ids = {run_id_for("math", r) for r in ("my.run", "my:run", "my+run", "my-run", "..", ".", "_x", "x_")}
+    assert len(ids) == 8
+    for run_id in ids:
+        check_run_id(run_id)
+    assert sanitize("manual_run-1") == "manual_run-1"  # nothing replaced: unchanged
+    assert sanitize("..") == sanitize("..") and check_run_id(sanitize(".."))
 
 
 @pytest.fixture

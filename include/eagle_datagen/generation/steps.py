@@ -32,6 +32,7 @@ from eagle_datagen.generation.stage import (
 from eagle_datagen.inference.preflight import ServerInfo, preflight
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.profile import load_profile
+from eagle_datagen.sources.collect import check_sources
 from eagle_datagen.storage.output_root import open_output_root
 from eagle_datagen.tokenization.stage import TokenizeOptions, setup_tokenize
 
@@ -65,6 +66,9 @@ class RunConfig:
     canary: bool = True
     trust_remote_code: bool = False
 
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)  # every step builds storage keys from it, finalize included
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
         known = {f.name for f in dataclasses.fields(cls)}
@@ -77,7 +81,6 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def options(self) -> RunOptions:
-        check_run_id(self.run_id)
         return RunOptions(
             prompts=TokenizeOptions(
                 output=self.output,
@@ -121,6 +124,8 @@ def preflight_step(config: RunConfig | dict[str, Any]) -> list[dict[str, Any]]:
     cfg = _config(config)
     options = cfg.options()
     setup = setup_tokenize(options.prompts)
+    if load_plan(open_output_root(cfg.output), cfg.run_id) is None:  # missing sources fail before the canary
+        check_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
     canary = canary_request(setup, options)
     servers = asyncio.run(preflight(cfg.sglang_urls, setup.profile, cfg.model or setup.profile.model, canary))
     return [dataclasses.asdict(s) for s in servers]

@@ -29,7 +29,14 @@ from eagle_datagen_stack.airflow_env import aws_connection, sglang_connection
 
 POOL = "sglang"
 POOL_DESCRIPTION = "shards generating at once"
-REQUIRED = ("AIRFLOW_ADMIN_PASSWORD", "SGLANG_URLS", "SGLANG_TOKENIZER", "S3_ENDPOINT_URL", "S3_ACCESS_KEY", "S3_SECRET_KEY")
+REQUIRED = (
+    "AIRFLOW_ADMIN_PASSWORD",
+    "SGLANG_URLS",
+    "SGLANG_TOKENIZER",
+    "S3_ENDPOINT_URL",
+    "S3_ACCESS_KEY",
+    "S3_SECRET_KEY",
+)
 
 
 class InitError(RuntimeError):

@@ -144,7 +144,7 @@ def test_a_killed_worker_s_shard_is_retried_on_the_other_worker(stack, object_st
         ]
 
     killed = wait_until(running_on_victim, RUN_TIMEOUT_S, f"a shard running on {victim}", [], every_s=0.5)
-    time.sleep(1)  # let it get going: requests in flight, checkpoints written
+    time.sleep(0.5)  # let it get going: requests in flight
     stack.components[celery_component(victim)].kill()
 
     assert wait_for_run(stack, dag_id, run_id) == "success"

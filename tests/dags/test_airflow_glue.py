@@ -168,3 +168,14 @@ def test_deployment_settings_schedule_and_draft_vocab_size(monkeypatch):
     monkeypatch.setenv("EAGLE_DATAGEN_DRAFT_VOCAB_SIZE", "lots")
     with pytest.raises(ValueError, match="EAGLE_DATAGEN_DRAFT_VOCAB_SIZE='lots' is not a positive integer"):
         default_draft_vocab_size()
+
+
+def test_a_plan_with_more_shards_than_airflow_can_map_fails_with_the_fix(monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eagle_datagen_airflow.tasks import check_mappable
+
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "10")
+    check_mappable(10, 100, 10)
+    with pytest.raises(AirflowFailException, match=r"plans 11 shards .* at most 10 tasks .* shard_size of at least 11"):
+        check_mappable(11, 105, 10)

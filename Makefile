@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(REQ_HASH)
 export EAGLE_DATAGEN_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
 
-.PHONY: venv browser test test-fast demo demo-cli airflow lint bench constraints clean
+.PHONY: venv browser compose test test-fast demo demo-cli airflow lint bench constraints clean
 
 venv: $(STAMP)
 
@@ -29,7 +29,15 @@ browser:
 	  echo "installing Debian's chromium for the browser test ..."; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: venv lint browser  ## ruff, then the whole suite, integration tests included (what CI runs)
+# Debian's docker-compose validates docker-compose.yaml in tests/deploy/ (`docker-compose config -q` needs no
+# Docker engine, and none runs here).
+compose:
+	@command -v docker-compose >/dev/null || { \
+	  [ "$$(id -u)" = 0 ] || { echo "make compose: Debian's docker-compose is missing: sudo apt-get install docker-compose"; exit 1; }; \
+	  echo "installing Debian's docker-compose to validate docker-compose.yaml ..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
+
+test: venv lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## skip the slow integration tests

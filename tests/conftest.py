@@ -8,11 +8,19 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("EAGLE_DATAGEN_CACHE", str(REPO / ".cache"))
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+# Property-based tests (hypothesis): the same examples on every run (derandomize) so CI is reproducible, no
+# per-example deadline (two busy cores), no example database in the checkout. HYPOTHESIS_PROFILE=deep
+# searches ten times longer with fresh random examples.
+settings.register_profile("ci", max_examples=300, derandomize=True, deadline=None, database=None, print_blob=True)
+settings.register_profile("deep", deadline=None, max_examples=3000, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 DEMO_PROMPTS = REPO / "include" / "data" / "demo_prompts"
 DEMO_RECIPE = REPO / "include" / "recipes" / "demo.yaml"

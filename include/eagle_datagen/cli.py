@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -38,9 +39,12 @@ def _positive_int(text: str) -> int:
 
 def _float(text: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):  # float() takes "nan" and "inf"; neither is a setting
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -62,13 +66,26 @@ def _probability(text: str) -> float:
 
 
 def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _float(text)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1 (a fraction, e.g. 0.05)")
     return value
+
+
+def _top_k(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1 and value != -1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be -1 (off) or at least 1")
+    return value
+
+
+def _source_spec(text: str) -> str:
+    if not text.strip() or "\x00" in text:  # an empty spec would name the current folder
+        raise argparse.ArgumentTypeError(f"{text!r} names no prompt source: give a file, folder, glob or s3:// URI")
+    return text
 
 
 def _categories(text: str) -> list[str]:
@@ -87,6 +104,7 @@ def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompts",
         action="append",
         default=[],
+        type=_source_spec,
         metavar="SRC",
         help="prompt records (data contract v1) to read; repeat for several sources. "
         "Each record must carry its own category.",
@@ -145,6 +163,14 @@ def _add_tokenizer_arguments(parser: argparse.ArgumentParser) -> None:
         "tokenizer; only for sources you trust)",
     )
     group.add_argument(
+        "--allow-special-token-text",
+        action="store_true",
+        default=None,
+        help="keep records whose text (a user typing <|im_end|> or <think>) would become special tokens the chat "
+        "template did not place; by default they are rejected as special_token_text (default: the recipe's, "
+        "else off)",
+    )
+    group.add_argument(
         "--max-prompt-tokens",
         type=_positive_int,
         metavar="N",
@@ -162,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-level",
-        default=os.environ.get("EAGLE_DATAGEN_LOG_LEVEL", "INFO"),
+        default=os.environ.get("EAGLE_DATAGEN_LOG_LEVEL", "INFO").upper(),
+        type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="logging detail on stderr (default: INFO)",
     )
@@ -287,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="P",
         help="nucleus sampling (default: the recipe's, else the profile's: 0.95 for Kimi)",
     )
-    sampling.add_argument("--top-k", type=int, metavar="K", help="top-k sampling, -1 for off (default: off)")
+    sampling.add_argument("--top-k", type=_top_k, metavar="K", help="top-k sampling, -1 for off (default: off)")
     sampling.add_argument(
         "--samples-per-prompt",
         type=_positive_int,
@@ -413,6 +440,7 @@ def _tokenize_options(args: argparse.Namespace) -> TokenizeOptions:
         seed=args.seed,
         processes=args.processes,
         trust_remote_code=args.trust_remote_code,
+        allow_special_token_text=args.allow_special_token_text,
     )
 
 
@@ -521,8 +549,10 @@ def format_tokenize_summary(summary: dict) -> str:
 
 def _export(args: argparse.Namespace) -> int:
     from eagle_datagen.export import export_jsonl
+    from eagle_datagen.generation.stage import check_run_id
     from eagle_datagen.storage.output_root import open_output_root
 
+    check_run_id(args.run_id)
     count = export_jsonl(open_output_root(args.output), args.run_id, args.to, args.categories)
     print(f"exported {count:,} samples of run {args.run_id} to {args.to}", file=sys.stderr)
     return 0
@@ -541,16 +571,24 @@ def _build_standin(args: argparse.Namespace) -> int:
     return 0
 
 
+def one_line(text: str) -> str:
+    """The message with control characters escaped: a newline or NUL from a bad path stays visible, and the
+    error stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    from eagle_datagen.redaction import RedactingFormatter, redact
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level, handlers=[handler])
     try:
         return args.handler(args)
     except DataGenError as exc:
-        print(f"eagle-datagen: error: {exc}", file=sys.stderr)
+        print(f"eagle-datagen: error: {one_line(redact(str(exc)))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("eagle-datagen: interrupted", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,44 @@ MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "reason
 MAX_RECORD_ID_CHARS = 256
 MAX_NESTING = 32
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+# Every reason a prompt record can be rejected for, by stage: code -> what it means.
+REJECT_REASONS: dict[str, str] = {
+    # read (sources/readers.py)
+    "invalid_json": "the line (or a JSON column) is not JSON, NaN and Infinity included",
+    "invalid_utf8": "the line is not valid UTF-8",
+    "too_deeply_nested": "nested deeper than the parser (or MAX_NESTING) allows",
+    "duplicate_key": "an object names a key twice: parsers disagree on which value wins",
+    # validate (this module)
+    "not_an_object": "the record is not a JSON object",
+    "bad_id": "id is not a non-empty string of at most 256 characters",
+    "bad_category": "category is not [a-z0-9][a-z0-9_-]{0,63}",
+    "missing_category": "no category, and no recipe maps the source to one",
+    "missing_messages": "no messages",
+    "messages_not_list": "messages is not a list",
+    "empty_messages": "messages is empty",
+    "too_many_messages": "more messages than RecordLimits.max_messages",
+    "message_not_object": "a message is not an object",
+    "unknown_role": "a role other than system, user, assistant, tool",
+    "missing_content": "a message without content (only an assistant turn with tool_calls may have none)",
+    "content_not_string": "content is not a string",
+    "empty_content": "a user message with blank content",
+    "bad_field_type": "a field of the wrong type, or a value JSON cannot hold (bytes, NaN, a non-string key)",
+    "nul_byte": "a NUL byte in a string",
+    "lone_surrogate": "a lone UTF-16 surrogate (not encodable as UTF-8)",
+    "last_message_role": "the prompt does not end with a user or tool message",
+    "tools_not_list": "tools is not a list",
+    "bad_tool": "a tool that is not a function spec with a unique name",
+    "bad_tool_calls": "tool_calls that are not a list of calls with id, name and arguments",
+    "tool_result_without_call": "a tool message that answers no earlier tool call",
+    "record_too_large": "the prompt's JSON is larger than max_record_bytes",
+    # tokenize (tokenization/tokenize.py)
+    "template_error": "the chat template raised an error",
+    "prompt_suffix_mismatch": "the rendered prompt does not end in the profile's prompt suffix",
+    "prompt_too_long": "more tokens than max_prompt_tokens or the model's context",
+    "special_token_text": "text that would put special tokens into the prompt the template did not place",
+}
 
 
 @dataclass(frozen=True)
@@ -102,8 +141,10 @@ def excerpt_of(raw: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 
-def _check_strings(value: Any, where: str, depth: int = 0) -> None:
-    """Reject NUL bytes, lone surrogates (not encodable as UTF-8) and absurd nesting anywhere in the prompt."""
+def _check_values(value: Any, where: str, depth: int = 0) -> None:
+    """Reject what JSON cannot hold or the tokenizer must not see, anywhere in the prompt: NUL bytes, lone
+    surrogates (not encodable as UTF-8), NaN and Infinity, non-JSON values (Parquet bytes, timestamps),
+    non-string keys, and absurd nesting."""
     if depth > MAX_NESTING:
         raise _Invalid("too_deeply_nested", f"{where} is nested more than {MAX_NESTING} levels deep")
     if isinstance(value, str):
@@ -113,11 +154,18 @@ def _check_strings(value: Any, where: str, depth: int = 0) -> None:
             raise _Invalid("lone_surrogate", f"{where} contains a lone UTF-16 surrogate (not valid UTF-8 text)")
     elif isinstance(value, dict):
         for key, item in value.items():
-            _check_strings(key, f"{where} key", depth + 1)
-            _check_strings(item, f"{where}.{key}", depth + 1)
+            if not isinstance(key, str):
+                raise _Invalid("bad_field_type", f"{where} has a {type(key).__name__} key (JSON keys are strings)")
+            _check_values(key, f"{where} key", depth + 1)
+            _check_values(item, f"{where}.{key}", depth + 1)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _check_strings(item, f"{where}[{i}]", depth + 1)
+            _check_values(item, f"{where}[{i}]", depth + 1)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Invalid("bad_field_type", f"{where} is {value} (JSON has no NaN or Infinity)")
+    elif value is not None and not isinstance(value, int):  # bool is an int
+        raise _Invalid("bad_field_type", f"{where} holds a {type(value).__name__} value; only JSON values are allowed")
 
 
 def _validate_tools(tools: Any) -> list[dict[str, Any]] | None:
@@ -241,13 +289,13 @@ def validate_record(
             record_id = None
             raise _Invalid("bad_id", f"id must be a non-empty string of at most {MAX_RECORD_ID_CHARS} characters")
         if isinstance(record_id, str):
-            _check_strings(record_id, "id")
+            _check_values(record_id, "id")
         category = _validate_category(raw, category_hint)
         source = raw.get("source")
         if source is not None and not isinstance(source, str):
             raise _Invalid("bad_field_type", "source must be a string")
-        _check_strings(raw.get("messages"), "messages")
-        _check_strings(raw.get("tools"), "tools")
+        _check_values(raw.get("messages"), "messages")
+        _check_values(raw.get("tools"), "tools")
         messages = _validate_messages(raw.get("messages"), limits)
         tools = _validate_tools(raw.get("tools"))
         canonical = canonical_prompt_json(messages, tools)

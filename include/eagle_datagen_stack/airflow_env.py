@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle_datagen_stack.hostname import HOSTNAME_CALLABLE
+
 PROJECT = Path(__file__).resolve().parents[2]
 DAGS = PROJECT / "dags"
 PLUGINS = PROJECT / "plugins"
@@ -36,6 +38,7 @@ class AirflowDeployment:
     api_port: int
     executor: str = "LocalExecutor"
     database_url: str | None = None  # default: SQLite inside `home`
+    broker_url: str | None = None  # CeleryExecutor: the Celery broker (results go to the metadata DB)
     parallelism: int = 4  # the default 32 pre-forks workers a 2-core machine cannot feed (about 1.5 GB)
     dags: Path = DAGS
     plugins: Path = PLUGINS
@@ -84,6 +87,10 @@ class AirflowDeployment:
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
             }
         )
+        if self.broker_url:
+            env["AIRFLOW__CELERY__BROKER_URL"] = self.broker_url
+            # Several workers on one machine: each reports its own host name (eagle_datagen_stack.hostname).
+            env["AIRFLOW__CORE__HOSTNAME_CALLABLE"] = HOSTNAME_CALLABLE
         for conn_id, conn in self.connections.items():
             env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
         env.update(self.settings)

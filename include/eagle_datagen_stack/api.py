@@ -82,3 +82,9 @@ class AirflowApi:
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return self.get(f"dags/{dag_id}/dagRuns/{run_id}/taskInstances", limit=1000)["task_instances"]
+
+    def task_instance_tries(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> list[dict[str, Any]]:
+        """Every try of one task instance (its hostname, state, try_number), oldest first."""
+        path = f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+        tries = self.get(f"{path}/{map_index}/tries" if map_index >= 0 else f"{path}/tries")["task_instances"]
+        return sorted(tries, key=lambda t: t["try_number"])

@@ -59,6 +59,9 @@ class Component:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
     def check_alive(self) -> None:
         if self.process is not None and self.process.poll() is not None:
             raise ComponentDied(

@@ -7,9 +7,11 @@ brings up, under `home`:
 1. `seaweedfs/`: a SeaweedFS S3 server with the bucket `eagle` (the output root is `s3://eagle/<prefix>`);
 2. stand-in SGLang servers (threads of this process, one per replica);
 3. `airflow/`: an Airflow home (SQLite by default), `airflow db migrate`, then the api-server,
-   dag-processor and scheduler (plus whatever `components` adds, such as Celery workers), the connections
+   dag-processor and scheduler (plus whatever `components` adds, such as the triggerer), the connections
    `sglang_default` and `aws_default` in their environment, the `sglang` pool, and waits until every DAG
-   of the recipe is parsed;
+   of the recipe is parsed; with `executor="CeleryExecutor"` (a Postgres `database_url` and a Redis
+   `broker_url`, see `services.py`) also one Celery worker per name in `celery_workers`, each with its own
+   host name, waited for until it is ready;
 4. `logs/`: one log per component.
 Anything started is stopped again if a later step fails.
 """
@@ -35,6 +37,7 @@ from eagle_datagen_stack.airflow_env import (
     sglang_connection,
 )
 from eagle_datagen_stack.api import AirflowApi
+from eagle_datagen_stack.hostname import WORKER_HOSTNAME_VARIABLE
 from eagle_datagen_stack.processes import Component, free_port, http_ok, wait_until
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,9 @@ class StackOptions:
     api_port: int | None = None  # None: a free port
     executor: str = "LocalExecutor"
     database_url: str | None = None  # None: SQLite in the Airflow home
+    broker_url: str | None = None  # CeleryExecutor: the broker (e.g. redis://127.0.0.1:6379/15)
+    celery_workers: tuple[str, ...] = ()  # CeleryExecutor: a worker per name, reporting it as its host name
+    worker_concurrency: int = 2  # task processes per Celery worker
     parallelism: int = 4
     pool_slots: int = 4  # shards generating at once
     schedule: str | None = "none"  # EAGLE_DATAGEN_SCHEDULE: "none" (trigger by hand) or a cron expression
@@ -63,6 +69,10 @@ class StackOptions:
     settings: dict[str, str] = field(default_factory=dict)
     fresh: bool = True  # empty `home` first; False keeps the DB and the stored data of an earlier start
     startup_timeout_s: float = 240.0
+
+
+def celery_component(worker: str) -> str:
+    return f"celery-worker-{worker}"
 
 
 class LocalStack:
@@ -116,6 +126,8 @@ class LocalStack:
         self.airflow.cli("db", "migrate")
         for name in opts.components:
             self.start_component(name)
+        for name in opts.celery_workers:
+            self.start_celery_worker(name)
         alive = list(self.components.values())
         wait_until(
             lambda: http_ok(f"{self.airflow.api_url}/api/v2/monitor/health"),
@@ -129,6 +141,15 @@ class LocalStack:
         wait_until(
             lambda: expected <= self.api.dag_ids(), opts.startup_timeout_s, "the DAGs of the recipe parsed", alive
         )
+        for name in opts.celery_workers:
+            worker = self.components[celery_component(name)]
+            node = f"{name}@"  # Celery logs "<node> ready." once it consumes tasks
+            wait_until(
+                lambda w=worker, n=node: any(n in line and " ready." in line for line in w.log_text().splitlines()),
+                opts.startup_timeout_s,
+                f"Celery worker {name} ready",
+                alive,
+            )
         log.info("Airflow is up at %s with %d DAGs", self.airflow.api_url, len(expected))
 
     def deployment(self) -> AirflowDeployment:
@@ -147,6 +168,7 @@ class LocalStack:
             api_port=opts.api_port or free_port(),
             executor=opts.executor,
             database_url=opts.database_url,
+            broker_url=opts.broker_url,
             parallelism=opts.parallelism,
             connections={
                 "sglang_default": sglang_connection(self.sglang_urls),
@@ -166,14 +188,32 @@ class LocalStack:
             return [AIRFLOW, name]
         raise ValueError(f"unknown component {name!r}")
 
-    def start_component(self, name: str, args: list[str] | None = None) -> Component:
-        """Start an Airflow component (or any command given as `args`) with the deployment's environment."""
+    def start_component(self, name: str, args: list[str] | None = None, env: dict[str, str] | None = None) -> Component:
+        """Start an Airflow component (or any command given as `args`) with the deployment's environment
+        (plus `env`)."""
         assert self.airflow is not None
-        component = Component(name, args or self.component_args(name), self.airflow.environment(), self.logs)
+        environment = self.airflow.environment() | (env or {})
+        component = Component(name, args or self.component_args(name), environment, self.logs)
         self.components[name] = component.start()
         self._exit.callback(component.stop)
         log.info("started %s (pid %s)", name, component.pid)
         return component
+
+    def start_celery_worker(self, name: str, concurrency: int | None = None) -> Component:
+        """A Celery worker (`airflow celery worker`) that Airflow records as host `name`; its component is
+        `celery-worker-<name>`. Its log server stays off (it would bind every interface): task logs are
+        files under the Airflow home, which the api-server reads directly on this machine."""
+        args = [
+            AIRFLOW,
+            "celery",
+            "worker",
+            "--skip-serve-logs",
+            "--celery-hostname",
+            f"{name}@%h",  # Celery's node name: distinct per worker on one machine
+            "--concurrency",
+            str(concurrency or self.options.worker_concurrency),
+        ]
+        return self.start_component(celery_component(name), args, {WORKER_HOSTNAME_VARIABLE: name})
 
     def check_alive(self) -> None:
         for component in self.components.values():

@@ -26,6 +26,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk.log import mask_secret
 
 from eagle_datagen.errors import ConfigError
 
@@ -102,7 +103,10 @@ def _aws_environment(aws_conn_id: str) -> dict[str, str] | None:
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
     hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
-    credentials = hook.get_credentials()  # also masks the secret and the token in task logs
+    credentials = hook.get_credentials()
+    for value in (credentials.access_key, credentials.secret_key, credentials.token):
+        if value:  # the key id too: botocore's debug lines carry it in every request's Authorization header
+            mask_secret(value)
     values = {
         "AWS_ACCESS_KEY_ID": credentials.access_key,
         "AWS_SECRET_ACCESS_KEY": credentials.secret_key,

@@ -10,7 +10,6 @@ on the API server).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
@@ -58,7 +57,8 @@ def _dag_run_conf(dag_id: str, run_id: str) -> dict:
 
 @app.get("/report/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=[Depends(can_read_runs)])
 def report(dag_id: str, run_id: str) -> HTMLResponse:
-    from eagle_datagen.storage.manifest import manifest_key
+    from eagle_datagen.errors import DataGenError
+    from eagle_datagen.storage.manifest import manifest_key, parse_manifest
     from eagle_datagen.storage.objects import sha256_hex
     from eagle_datagen_airflow.runs import run_id_for
 
@@ -72,7 +72,14 @@ def report(dag_id: str, run_id: str) -> HTMLResponse:
         raise HTTPException(
             404, f"run {pipeline_run} has published nothing under {output} (still running, a dry run, or nothing new)"
         )
-    [entry] = [f for f in json.loads(raw)["files"] if f["kind"] == "report"]
+    try:
+        manifest = parse_manifest(raw, f"{output.rstrip('/')}/{manifest_key(pipeline_run)}", pipeline_run)
+    except DataGenError as exc:
+        raise HTTPException(409, str(exc)) from None
+    reports = [f for f in manifest["files"] if f["kind"] == "report"]
+    if not reports:
+        raise HTTPException(404, f"run {pipeline_run} has no report in its manifest")
+    entry = reports[0]
     page = _read(output, aws_conn_id, entry["key"])
     if page is None or sha256_hex(page) != entry["sha256"]:
         raise HTTPException(409, f"{entry['key']} under {output} is missing or differs from the run's manifest")

@@ -48,12 +48,15 @@ DEFAULT_ARGS: dict[str, Any] = {
 
 
 def sanitize(value: str) -> str:
-    """`value` reduced to [A-Za-z0-9_-], at most 128 characters (a hash keeps long ones distinct)."""
-    cleaned = UNSAFE.sub("-", value).strip("-")
-    if len(cleaned) > MAX_RUN_ID:
-        digest = hashlib.sha256(value.encode()).hexdigest()[:16]
-        cleaned = f"{cleaned[: MAX_RUN_ID - 17]}-{digest}"
-    return cleaned
+    """`value` as a run id of [A-Za-z0-9_-], at most 128 characters. When characters had to be replaced
+    (or the value was too long) a hash of the original keeps it distinct: `a.b` and `a:b` must not become
+    one run, or the second DAG run would continue the first one's plan."""
+    cleaned = UNSAFE.sub("-", value).strip("-_")
+    if cleaned == value and len(value) <= MAX_RUN_ID:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", errors="surrogatepass")).hexdigest()[:16]
+    kept = cleaned[: MAX_RUN_ID - len(digest) - 1].rstrip("-_")
+    return f"{kept}-{digest}" if kept else digest
 
 
 def run_id_for(category: str, dag_run_id: str) -> str:

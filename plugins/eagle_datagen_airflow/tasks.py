@@ -7,6 +7,7 @@ retried, on any worker. XComs carry the run's settings and the servers' facts, n
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,11 +44,16 @@ def preflight(category: str, recipe: str, params: Mapping[str, Any], dag: Any, d
 
 def plan(config: dict[str, Any], servers: list[dict[str, Any]], params: Mapping[str, Any]) -> list[int]:
     """Source, tokenize and plan (or load the plan of an earlier try); returns the shards to generate."""
-    from eagle_datagen.generation.steps import plan_step
+    from eagle_datagen.generation.steps import plan_step, withdraw_step
 
     with object_store(params["aws_conn_id"]):
         planned = plan_step(config, servers)
-    shards = planned["shards"]
+        shards = planned["shards"]
+        try:
+            check_mappable(len(shards), planned["samples"], config["shard_size"])
+        except AirflowFailException:
+            withdraw_step(config)  # the run ends here: the next one must not skip the samples it claimed
+            raise
     if params["dry_run"]:
         log.info("dry run: %d samples in %d shard(s) planned, nothing generated", planned["samples"], len(shards))
         shards = []
@@ -56,6 +62,21 @@ def plan(config: dict[str, Any], servers: list[dict[str, Any]], params: Mapping[
     else:
         log.info("run %s: %d samples in %d shard(s) to generate", config["run_id"], planned["samples"], len(shards))
     return shards
+
+
+def check_mappable(shards: int, samples: int, shard_size: int) -> None:
+    """Airflow refuses to map more than [core] max_map_length task instances, and says so only as "pushed
+    value is too large to map": fail the plan with the fix instead, before any shard is generated."""
+    from airflow.sdk.configuration import conf
+
+    limit = conf.getint("core", "max_map_length", fallback=1024)
+    if shards > limit:
+        needed = math.ceil(shard_size * shards / limit)
+        raise AirflowFailException(
+            f"the run plans {shards} shards ({samples} samples) but Airflow maps at most {limit} tasks "
+            f"([core] max_map_length): trigger it again with shard_size of at least {needed}, or raise "
+            "AIRFLOW__CORE__MAX_MAP_LENGTH"
+        )
 
 
 def generate_shard(

@@ -16,7 +16,7 @@ def test_run_ids_are_stable_per_dag_run_and_valid_for_the_package():
     from eagle_datagen_airflow.runs import run_id_for
 
     scheduled = run_id_for("math", "scheduled__2026-11-29T03:00:00+00:00")
-    assert scheduled == "math-scheduled__2026-11-29T03-00-00-00-00"
+    assert scheduled.startswith("math-scheduled__2026-11-29T03-00-00-00-00-")  # + a hash: ':' and '+' replaced
     assert run_id_for("math", "scheduled__2026-11-29T03:00:00+00:00") == scheduled  # every try, every worker
     assert run_id_for("chat", "scheduled__2026-11-29T03:00:00+00:00") != scheduled
     long_a, long_b = run_id_for("math", "x" * 300 + "a"), run_id_for("math", "x" * 300 + "b")
@@ -24,6 +24,18 @@ def test_run_ids_are_stable_per_dag_run_and_valid_for_the_package():
     for run_id in (scheduled, long_a, run_id_for("math", "manual__2026-11-29T17:11:11.814761+00:00")):
         check_run_id(run_id)
         assert "." not in run_id  # manifests/run=<id>.json: the manifest listing splits on the dot
+
+
+def test_run_ids_that_differ_only_in_replaced_characters_stay_distinct():
+    """`a.b` and `a:b` both become `a-b`: without the hash the second DAG run would continue the first's plan."""
+    from eagle_datagen_airflow.runs import run_id_for, sanitize
+
+    ids = {run_id_for("math", r) for r in ("my.run", "my:run", "my+run", "my-run", "..", ".", "_x", "x_")}
+    assert len(ids) == 8
+    for run_id in ids:
+        check_run_id(run_id)
+    assert sanitize("manual_run-1") == "manual_run-1"  # nothing replaced: unchanged
+    assert sanitize("..") == sanitize("..") and check_run_id(sanitize(".."))
 
 
 @pytest.fixture
@@ -165,3 +177,49 @@ def test_deployment_settings_schedule_and_draft_vocab_size(monkeypatch):
     monkeypatch.setenv("EAGLE_DATAGEN_DRAFT_VOCAB_SIZE", "lots")
     with pytest.raises(ValueError, match="EAGLE_DATAGEN_DRAFT_VOCAB_SIZE='lots' is not a positive integer"):
         default_draft_vocab_size()
+
+
+def test_a_plan_with_more_shards_than_airflow_can_map_fails_with_the_fix(monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eagle_datagen_airflow.tasks import check_mappable
+
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "10")
+    check_mappable(10, 100, 10)
+    with pytest.raises(AirflowFailException, match=r"plans 11 shards .* at most 10 tasks .* shard_size of at least 11"):
+        check_mappable(11, 105, 10)
+
+
+def test_a_plan_airflow_cannot_map_withdraws_its_claim_so_the_next_run_generates_the_samples(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eagle_datagen.storage.output_root import LocalOutputRoot
+    from eagle_datagen_airflow import tasks
+
+    from conftest import write_jsonl
+
+    src = write_jsonl(
+        tmp_path / "p.jsonl",
+        [{"category": "chat", "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(3)],
+    )
+    server = {"url": "http://127.0.0.1:9", "model_path": "moonshotai/Kimi-K2.5", "weight_version": None}
+    servers = [server | {"version": None, "max_running_requests": None}]
+    params = {"aws_conn_id": "aws_missing", "dry_run": False}
+
+    def config(run_id: str) -> dict:
+        return RunConfig(
+            output=str(tmp_path / "out"),
+            tokenizer="standin:kimi-k2.5",
+            sglang_urls=[server["url"]],
+            run_id=run_id,
+            prompts=[str(src)],
+            shard_size=1,
+            incremental=True,
+        ).to_dict()
+
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "2")
+    with pytest.raises(AirflowFailException, match="plans 3 shards"):
+        tasks.plan(config("too-wide"), servers, params)
+    assert LocalOutputRoot(str(tmp_path / "out")).list("claims/") == []
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "10")
+    assert tasks.plan(config("fits"), servers, params) == [0, 1, 2]  # nothing held by the refused run

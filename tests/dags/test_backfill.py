@@ -13,25 +13,19 @@ SGLang server runs in the test process; the output root is a local folder.
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import signal
-import socket
 import sqlite3
-import subprocess
-import sys
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
+from eagle_datagen_stack.airflow_env import AIRFLOW, AirflowDeployment
+from eagle_datagen_stack.processes import Component, free_port, tail
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-DAGS = REPO / "dags"
-PLUGINS = REPO / "plugins"
-AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 DEMO_PROMPTS = REPO / "include" / "data" / "demo_prompts"
 CATEGORIES = ("math", "chat")
 # Three nightly runs, 01-01, 01-02 and 01-03 at 03:00 UTC. Both ends are inclusive logical dates: a bare
@@ -41,77 +35,22 @@ CONF = {"limit": 2, "shard_size": 1, "samples_per_prompt": 1, "draft_vocab_size"
 DEADLINE_S = 360
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def airflow_env(home: Path, recipe: Path, sglang_url: str, api_port: int) -> dict[str, str]:
+def airflow_deployment(home: Path, recipe: Path, sglang_url: str) -> AirflowDeployment:
     """The deployment's environment: nothing inherited from the in-process Airflow of tests/dags/conftest.py."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "AWS_"))}
     host, port = sglang_url.removeprefix("http://").split(":")
     sglang = {"conn_type": "http", "host": host, "port": int(port), "extra": {"tokenizer": "standin:kimi-k2.5"}}
-    env.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "2",
+    return AirflowDeployment(
+        home=home,
+        api_port=free_port(),
+        parallelism=2,
+        connections={"sglang_default": sglang},
+        settings={
             # Unpausing a DAG also schedules its latest nightly run (catchup is off): with the default output
             # and no AWS credentials it would fail and retry. Only the backfill's runs are under test here.
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(api_port),
-            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{api_port}",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),  # shared by the api-server and workers
-            "AIRFLOW_CONN_SGLANG_DEFAULT": json.dumps(sglang),
             "EAGLE_DATAGEN_RECIPE": str(recipe),
-        }
+        },
     )
-    return env
-
-
-def airflow(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, f"airflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
-
-
-@contextmanager
-def component(env: dict[str, str], logs: Path, *args: str):
-    """An Airflow component in its own process group, stopped with its children on the way out."""
-    log = logs / f"{args[0]}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([AIRFLOW, *args], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        yield proc
-    finally:
-        stop_group(proc)
-
-
-def stop_group(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)  # the group this test created for the component (same id as its leader)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        # the leader is gone; workers it forked may still be stopping
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.2)
 
 
 def query(db: Path, sql: str, *args) -> list[tuple]:
@@ -123,12 +62,12 @@ def dag_runs(db: Path) -> list[tuple]:
     return query(db, "SELECT dag_id, run_id, run_type, state, backfill_id FROM dag_run ORDER BY logical_date")
 
 
-def wait_for(procs: dict[str, subprocess.Popen], logs: Path, what: str, condition) -> None:
+def wait_for(components: list[Component], logs: Path, what: str, condition) -> None:
     """Poll `condition()` (the DB) until it holds, while every component keeps running."""
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
-        for name, proc in procs.items():
-            assert proc.poll() is None, f"airflow {name} exited with {proc.returncode}:\n{tail(logs / f'{name}.log')}"
+        for component in components:
+            component.check_alive()  # fails with the end of its log
         if condition():
             return
         time.sleep(1)
@@ -144,10 +83,6 @@ def plans_done(db: Path) -> bool:
     states = query(db, "SELECT state FROM task_instance WHERE task_id = 'plan'")
     assert ("failed",) not in states, states
     return len(states) == 3 and all(state == "success" for (state,) in states)
-
-
-def tail(path: Path, chars: int = 4000) -> str:
-    return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
 
 def task_states(db: Path, run_id: str) -> dict[tuple[str, int], str]:
@@ -175,7 +110,7 @@ def deployment(tmp_path):
         folder.mkdir()
     with SimServerThread(SimConfig().with_profile("instant")) as sim:
         yield {
-            "env": airflow_env(home, recipe, sim.url, free_port()),
+            "airflow": airflow_deployment(home, recipe, sim.url),
             "db": home / "airflow.db",
             "logs": logs,
             "output": output,
@@ -190,18 +125,17 @@ def test_a_backfill_whose_runs_plan_at_once_generates_each_sample_once_and_leave
     from eagle_datagen.storage.parquet import decode_shard
     from eagle_datagen_airflow.runs import run_id_for
 
-    env, db, logs, output = deployment["env"], deployment["db"], deployment["logs"], deployment["output"]
+    af, db, logs, output = deployment["airflow"], deployment["db"], deployment["logs"], deployment["output"]
     started = time.monotonic()
-    airflow(env, "db", "migrate")
+    af.cli("db", "migrate")
     # No slot until every run has planned: each plans while the others are in flight and none has published,
     # the race that duplicated samples before the plan lock and claims (the pool opens below).
-    airflow(env, "pools", "set", "sglang", "0", "shards generating at once")
-    airflow(env, "dags", "reserialize")  # the backfill needs the DAG in the DB; the dag-processor keeps it there
-    airflow(env, "dags", "unpause", "eagle_datagen__math")  # every other DAG stays paused, as created
+    af.cli("pools", "set", "sglang", "0", "shards generating at once")
+    af.cli("dags", "reserialize")  # the backfill needs the DAG in the DB; the dag-processor keeps it there
+    af.cli("dags", "unpause", "eagle_datagen__math")  # every other DAG stays paused, as created
     conf = json.dumps(CONF | {"output": str(output)})
     # No --max-active-runs 1: the backfill's own default (10) lets all three runs start together.
-    airflow(
-        env,
+    af.cli(
         "backfill",
         "create",
         "--dag-id",
@@ -219,17 +153,21 @@ def test_a_backfill_whose_runs_plan_at_once_generates_each_sample_once_and_leave
     ] * 3, queued  # queued only: nothing runs them yet
     setup_s = time.monotonic() - started
 
+    env = af.environment()
+    commands = {
+        "api-server": ["api-server", "-H", "127.0.0.1", "-p", str(af.api_port), "-w", "1"],
+        "dag-processor": ["dag-processor"],
+        "scheduler": ["scheduler", "--skip-serve-logs"],  # its log server would bind every interface
+    }
     with ExitStack() as stack:
-        procs = {
-            "api-server": stack.enter_context(
-                component(env, logs, "api-server", "-H", "127.0.0.1", "-p", env["AIRFLOW__API__PORT"], "-w", "1")
-            ),
-            "dag-processor": stack.enter_context(component(env, logs, "dag-processor")),
-            "scheduler": stack.enter_context(component(env, logs, "scheduler", "--skip-serve-logs")),
-        }
-        wait_for(procs, logs, "every run planned", lambda: plans_done(db))
-        airflow(env, "pools", "set", "sglang", "2", "shards generating at once")
-        wait_for(procs, logs, "every run finished", lambda: runs_done(db))
+        components = []
+        for name, args in commands.items():  # each in its own process group, stopped with its children
+            component = Component(name, [AIRFLOW, *args], env, logs).start()
+            stack.callback(component.stop)
+            components.append(component)
+        wait_for(components, logs, "every run planned", lambda: plans_done(db))
+        af.cli("pools", "set", "sglang", "2", "shards generating at once")
+        wait_for(components, logs, "every run finished", lambda: runs_done(db))
         runs = dag_runs(db)
     run_s = time.monotonic() - started - setup_s
     print(f"setup {setup_s:.0f} s, backfill under the scheduler {run_s:.0f} s")

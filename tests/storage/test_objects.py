@@ -164,3 +164,10 @@ def test_s3_delete_leaves_an_object_that_replaced_the_one_it_read(s3_root, monke
     monkeypatch.setattr(objects, "s3_client", ReplacedAfterRead)
     assert not delete_if_unchanged(s3_root, "locks/l.json", b"stale")
     assert s3_root.read_bytes("locks/l.json") == b"fresh"
+
+
+def test_delete_removes_a_key_and_a_missing_key_is_no_error(any_root):
+    any_root.write_bytes("claims/run=a.parquet", b"claim")
+    any_root.delete("claims/run=a.parquet")
+    any_root.delete("claims/run=a.parquet")
+    assert any_root.list("claims/") == []

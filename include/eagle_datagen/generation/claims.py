@@ -60,6 +60,11 @@ def write_claim(root: OutputRoot, claim: Claim) -> None:
     root.write_bytes(claim_key(claim.run_id), buffer.getvalue())
 
 
+def withdraw_claim(root: OutputRoot, run_id: str) -> None:
+    """For a run that will not generate its plan: its samples are free at once, not after the TTL."""
+    root.delete(claim_key(run_id))
+
+
 def read_claim(root: OutputRoot, run_id: str) -> Claim:
     table = pq.read_table(io.BytesIO(root.read_bytes(claim_key(run_id))))
     meta = json.loads(table.schema.metadata[CLAIM_METADATA])

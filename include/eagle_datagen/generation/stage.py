@@ -39,11 +39,12 @@ from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions, publish_run
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
-from eagle_datagen.inference.preflight import ServerInfo, preflight
+from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, preflight
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.samples import SampleRequest
 from eagle_datagen.inference.scheduler import generation_details, run_samples
 from eagle_datagen.progress import Progress
+from eagle_datagen.sources.collect import check_sources
 from eagle_datagen.sources.recipe import Defaults, Recipe
 from eagle_datagen.storage.output_root import OutputRoot, open_output_root
 from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, collect_and_tokenize, setup_tokenize
@@ -275,10 +276,14 @@ def run_generation(options: RunOptions) -> RunSummary:
     started = time.monotonic()
     if not options.sglang_urls:
         raise ConfigError("give at least one --sglang-url")
-    run_id = check_run_id(options.run_id or new_run_id())
+    check_endpoint_urls(options.sglang_urls)
+    # An empty --run-id (an unset variable in a script) must not quietly start a new run instead of resuming.
+    run_id = check_run_id(options.run_id if options.run_id is not None else new_run_id())
     setup = setup_tokenize(options.prompts)
     root = open_output_root(options.prompts.output)
     existing = load_plan(root, run_id)
+    if existing is None:  # a rerun works from its plan and needs no sources
+        check_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
     model = options.model or setup.profile.model
     canary = canary_request(setup, options, existing)
     servers = asyncio.run(

@@ -7,6 +7,7 @@ any step can run (or be retried) on any worker:
     servers = preflight_step(config)                # checks every endpoint before any GPU time is spent
     plan = plan_step(config, servers)               # source, tokenize, write the plan (or load it)
     for shard in plan["shards"]: generate_shard_step(config, plan["run_id"], shard)   # mapped
+                                                    # (or withdraw_step(config) if the plan is refused)
     finalize_step(config, plan["run_id"])           # diagnosis, statistics, vocab, report, manifest
 """
 
@@ -18,7 +19,7 @@ import logging
 from typing import Any
 
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
+from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
 from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import load_plan
 from eagle_datagen.generation.publish import PublishOptions, ShardIncomplete, finalize_run, publish_shard
@@ -33,6 +34,7 @@ from eagle_datagen.generation.stage import (
 from eagle_datagen.inference.preflight import ServerInfo, preflight
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.profile import load_profile
+from eagle_datagen.sources.collect import check_sources
 from eagle_datagen.storage.output_root import open_output_root
 from eagle_datagen.tokenization.stage import TokenizeOptions, setup_tokenize
 
@@ -68,6 +70,9 @@ class RunConfig:
     canary: bool = True
     trust_remote_code: bool = False
 
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)  # every step builds storage keys from it, finalize included
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
         known = {f.name for f in dataclasses.fields(cls)}
@@ -80,7 +85,6 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def options(self) -> RunOptions:
-        check_run_id(self.run_id)
         return RunOptions(
             prompts=TokenizeOptions(
                 output=self.output,
@@ -126,6 +130,8 @@ def preflight_step(config: RunConfig | dict[str, Any]) -> list[dict[str, Any]]:
     cfg = _config(config)
     options = cfg.options()
     setup = setup_tokenize(options.prompts)
+    if load_plan(open_output_root(cfg.output), cfg.run_id) is None:  # missing sources fail before the canary
+        check_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
     canary = canary_request(setup, options)
     servers = asyncio.run(preflight(cfg.sglang_urls, setup.profile, cfg.model or setup.profile.model, canary))
     return [dataclasses.asdict(s) for s in servers]
@@ -151,6 +157,14 @@ def plan_step(config: RunConfig | dict[str, Any], servers: list[dict[str, Any]])
         "samples": plan.total_samples,
         "categories": sorted(plan.categories),
     }
+
+
+def withdraw_step(config: RunConfig | dict[str, Any]) -> None:
+    """The orchestrator will not generate this plan (it refused it after the plan step): the samples the
+    plan claimed are free for the next run at once."""
+    cfg = _config(config)
+    withdraw_claim(open_output_root(cfg.output), cfg.run_id)
+    log.info("run %s: plan withdrawn; its samples are free for other runs", cfg.run_id)
 
 
 def generate_shard_step(

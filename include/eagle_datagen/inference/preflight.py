@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -32,6 +33,7 @@ from eagle_datagen.profile import ModelProfile
 
 log = logging.getLogger(__name__)
 ECHO_BUG_VERSIONS = re.compile(r"^v?0\.5\.[0-4](\D|$)")
+_USERINFO = re.compile(r"//[^/?#]*@")
 # Attempts per preflight request for transient failures; backoff as for generation requests.
 PREFLIGHT_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.5, max_delay_s=4.0)
 CANARY_TRIES = 3  # canaries (each with its own seed) that must all fail a content check to stop the run
@@ -76,6 +78,26 @@ class ServerInfo:
             "weight_version": self.weight_version,
             "sglang_version": self.version,
         }
+
+
+def check_endpoint_urls(urls: list[str]) -> None:
+    """Plain http(s) URLs with a host, and no credentials: a URL is logged and stored in plans and manifests
+    (its `user:password@` would be too)."""
+    for url in urls:
+        shown = _USERINFO.sub("//***@", url)[:200]
+        if shown != url[:200]:
+            raise ConfigError(
+                f"SGLang URL {shown} carries credentials: give the URL without user:password@ "
+                "(URLs are logged and stored in plans and manifests)"
+            )
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+            good = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            good = False
+        if not good or any(c.isspace() or c == "\x00" for c in url):
+            raise ConfigError(f"bad SGLang URL {shown!r}: give http://host:port (or https://)")
 
 
 def same_model(served: str, expected: str) -> bool:
@@ -256,6 +278,7 @@ async def preflight(
     wait_s: float = 30.0,
     canary_timeout_s: float = 600.0,
 ) -> list[ServerInfo]:
+    check_endpoint_urls(urls)
     timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         infos = await asyncio.gather(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from eagle_datagen.errors import ConfigError, RejectRateExceeded
 from eagle_datagen.progress import Progress
-from eagle_datagen.records import DEFAULT_LIMITS, PromptRecord, RecordLimits, Reject, validate_record
+from eagle_datagen.records import CATEGORY_PATTERN, DEFAULT_LIMITS, PromptRecord, RecordLimits, Reject, validate_record
 from eagle_datagen.sources.locations import resolve_source
 from eagle_datagen.sources.readers import read_rows
 from eagle_datagen.sources.recipe import Recipe, SourceSpec
@@ -78,6 +78,12 @@ def plans_from_sources(specs: list[str]) -> list[SourcePlan]:
     return [SourcePlan(None, tuple(SourceSpec(path=s) for s in specs))]
 
 
+def check_sources(plans: list[SourcePlan], base_dir: Path | None = None) -> int:
+    """Resolve every source spec now (a missing file or bucket is a `SourceError` before any GPU time is
+    spent); returns the number of files. Reading and validating them comes later, in `collect_prompts`."""
+    return sum(len(resolve_source(spec.path, base_dir)) for plan in plans for spec in plan.sources)
+
+
 def cap_prompts(prompts: list[PromptRecord], cap: int | None, seed: int, salt: str) -> list[PromptRecord]:
     """Deterministic sample of `cap` prompts, kept in their original order."""
     if cap is None or len(prompts) <= cap:
@@ -117,7 +123,10 @@ def collect_prompts(
                     else:
                         outcome = validate_record(row.value, row.origin, plan.category, limits)
                     if isinstance(outcome, Reject):
-                        category = plan.category or outcome.category or UNKNOWN_CATEGORY
+                        # A reject's own category may be anything (a path, a NUL, 1000 characters): counted
+                        # and printed under "(none)" unless it is a valid name.
+                        named = outcome.category if CATEGORY_PATTERN.fullmatch(outcome.category or "") else None
+                        category = plan.category or named or UNKNOWN_CATEGORY
                         counts[category].read += 1
                         counts[category].rejected += 1
                         rejects.append(outcome)

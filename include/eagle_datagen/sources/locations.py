@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import glob
+import gzip
+import io
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +14,8 @@ from eagle_datagen.objectstore.s3 import GLOB_CHARS, S3Uri, describe_error, is_s
 
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
 COMPRESSIONS = (".gz", ".zst")
+MAX_EXPANSION = 100
+MIN_EXPANSION_LIMIT = 256 * 1024 * 1024
 
 
 def source_format(name: str) -> str | None:
@@ -48,20 +53,33 @@ class SourceFile:
         return _decompress(self.uri, data)
 
 
+def decompression_limit(compressed_size: int) -> int:
+    """The most bytes a compressed source may expand to: real prompt files compress 3-10x, a compression
+    bomb 1000x or more. Reading stops at the limit instead of filling the memory."""
+    return max(MIN_EXPANSION_LIMIT, MAX_EXPANSION * compressed_size)
+
+
 def _decompress(uri: str, data: bytes) -> bytes:
+    if not uri.endswith(COMPRESSIONS):
+        return data
+    import pyarrow as pa  # here, not at import time: only .zst sources need it
+
+    limit = decompression_limit(len(data))
     try:
         if uri.endswith(".gz"):
-            import gzip
-
-            return gzip.decompress(data)
-        if uri.endswith(".zst"):
-            import pyarrow as pa
-
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+                out = stream.read(limit + 1)
+        else:
             with pa.input_stream(pa.py_buffer(data), compression="zstd") as stream:
-                return stream.read()
-    except (OSError, EOFError) as exc:
-        raise SourceError(f"cannot decompress prompt source {uri}: {exc}") from None
-    return data
+                out = stream.read(limit + 1)
+    except (OSError, EOFError, zlib.error, pa.ArrowException) as exc:
+        raise SourceError(f"cannot decompress prompt source {uri} (truncated or corrupt?): {exc}") from None
+    if len(out) > limit:
+        raise SourceError(
+            f"prompt source {uri} expands to more than {limit:,} bytes from {len(data):,} "
+            f"(over {MAX_EXPANSION}x: a compression bomb?); split it into smaller files or store it uncompressed"
+        )
+    return out
 
 
 def _supported(names: list[str]) -> list[str]:

@@ -1,7 +1,9 @@
 """Read raw prompt rows from JSONL, Parquet and CSV files.
 
 A line that is not valid UTF-8 or JSON becomes a `Reject` (stage "read") and reading goes on; a file
-that cannot be read or parsed as a whole raises `SourceError`.
+that cannot be read or parsed as a whole raises `SourceError`. JSON is read strictly: NaN and Infinity
+are not JSON, and an object with a key twice is ambiguous (parsers disagree on which value wins), so
+both are rejects. A UTF-8 byte order mark at the start of a file is skipped, as editors write one.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +26,39 @@ from eagle_datagen.sources.locations import SourceFile
 # Tabular formats cannot nest: these columns hold JSON text there.
 JSON_COLUMNS = ("messages", "tools")
 OPTIONAL_TEXT_COLUMNS = ("id", "category", "source", "tools")
+BOM = b"\xef\xbb\xbf"
+
+
+class DuplicateKey(ValueError):
+    """An object names a key twice."""
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):  # the rare case: find the key to name it
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(f"key {key!r} appears twice in one object")
+            seen.add(key)
+    return result
+
+
+def _not_json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON (JSON has no NaN or Infinity)")
+
+
+def loads_strict(text: str) -> Any:
+    """json.loads without NaN/Infinity and without duplicate keys."""
+    return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_not_json_constant)
+
+
+def _json_reject(exc: ValueError, what: str, origin: str, excerpt: str, record_id: str | None = None) -> Reject:
+    if isinstance(exc, DuplicateKey):
+        return Reject("duplicate_key", f"{what}: {exc}", origin, stage="read", record_id=record_id, excerpt=excerpt)
+    return Reject(
+        "invalid_json", f"{what} is not valid JSON: {exc}", origin, stage="read", record_id=record_id, excerpt=excerpt
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +74,7 @@ def read_rows(source: SourceFile) -> Iterator[RawRow | Reject]:
 
 
 def _jsonl_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
+    data = data.removeprefix(BOM)
     for number, line in enumerate(data.split(b"\n"), start=1):
         origin = f"{uri}:{number}"
         if not line.strip():
@@ -54,7 +91,7 @@ def _jsonl_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
             )
             continue
         try:
-            yield RawRow(origin, json.loads(text))
+            yield RawRow(origin, loads_strict(text))
         except RecursionError:
             yield Reject(
                 "too_deeply_nested",
@@ -64,13 +101,7 @@ def _jsonl_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
                 excerpt=excerpt_of(text),
             )
         except ValueError as exc:
-            yield Reject(
-                "invalid_json",
-                f"line {number} is not valid JSON: {exc}",
-                origin,
-                stage="read",
-                excerpt=excerpt_of(text),
-            )
+            yield _json_reject(exc, f"line {number}", origin, excerpt_of(text))
 
 
 def _decode_tabular_row(origin: str, row: dict[str, Any]) -> RawRow | Reject:
@@ -81,17 +112,20 @@ def _decode_tabular_row(origin: str, row: dict[str, Any]) -> RawRow | Reject:
     for column in JSON_COLUMNS:
         value = row.get(column)
         if isinstance(value, str):
+            record_id = row.get("id") if isinstance(row.get("id"), str) else None
             try:
-                row[column] = json.loads(value)
-            except (ValueError, RecursionError) as exc:
+                row[column] = loads_strict(value)
+            except RecursionError:
                 return Reject(
-                    "invalid_json",
-                    f"column {column!r} is not valid JSON: {exc}",
+                    "too_deeply_nested",
+                    f"column {column!r} is nested too deeply to parse",
                     origin,
                     stage="read",
-                    record_id=row.get("id") if isinstance(row.get("id"), str) else None,
+                    record_id=record_id,
                     excerpt=excerpt_of(value),
                 )
+            except ValueError as exc:
+                return _json_reject(exc, f"column {column!r}", origin, excerpt_of(value), record_id)
     return RawRow(origin, _drop_nulls(row))
 
 
@@ -121,6 +155,9 @@ def _csv_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise SourceError(f"CSV prompt source {uri} is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    # A field may be as large as a record may be (larger ones are rejected one by one as record_too_large);
+    # the csv module's default (128 KiB) would stop the whole file at the first long prompt.
+    csv.field_size_limit(max(csv.field_size_limit(), min(sys.maxsize, 2**31 - 1)))
     reader = csv.DictReader(io.StringIO(text, newline=""))
     if reader.fieldnames is None or "messages" not in reader.fieldnames:
         raise SourceError(f"CSV prompt source {uri} needs a header row with a 'messages' column (JSON text)")

@@ -20,6 +20,7 @@ Relative source paths are resolved against the recipe file's folder.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.records import CATEGORY_PATTERN
+
+MAX_RECIPE_VALUES = 100_000  # a recipe with thousands of sources is still far below
 
 
 class _Strict(BaseModel):
@@ -39,9 +42,16 @@ class SamplingParams(_Strict):
 
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1)  # -1 turns it off; 0 is refused by SGLang
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     max_new_tokens: int | None = Field(None, gt=0)
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, value: int | None) -> int | None:
+        if value == 0:
+            raise ValueError("top_k must be -1 (off) or at least 1")
+        return value
 
     def merged(self, override: SamplingParams | None) -> SamplingParams:
         if override is None:
@@ -79,9 +89,13 @@ class Defaults(_Strict):
 
 class Recipe(_Strict):
     version: Literal[1] = 1
-    name: str = "recipe"
+    # Part of the Airflow asset URIs (eagle-datagen://<name>/<category>): a plain name, no path.
+    name: str = Field("recipe", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     seed: int = 0
     max_reject_rate: float = Field(0.05, ge=0.0, le=1.0)
+    # Literal special-token text in a record (a user typing <|im_end|>) forges turn boundaries; such
+    # records are rejected (special_token_text) unless this is true. See docs/security.md.
+    allow_special_token_text: bool = False
     defaults: Defaults = Defaults()
     categories: dict[str, CategorySpec] = Field(min_length=1)
     base_dir: Path | None = Field(None, exclude=True)
@@ -123,6 +137,50 @@ def parse_recipe(raw: Any, origin: str = "<recipe>", base_dir: Path | None = Non
         raise ConfigError(f"recipe {origin} is invalid: {_first_error(exc)}") from None
 
 
+class _RecipeLoader(yaml.SafeLoader):
+    """safe_load, except that a key given twice is an error (YAML would keep the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults` may be overridden key by key
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable):
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_expansion(value: Any, origin: str) -> None:
+    """YAML aliases can make a small file expand to billions of values (or refer to themselves)."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(item: Any) -> int:
+        if not isinstance(item, dict | list):
+            return 1
+        key = id(item)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ConfigError(f"recipe {origin} refers to itself (a recursive YAML alias)")
+        active.add(key)
+        children = list(item.keys()) + list(item.values()) if isinstance(item, dict) else item
+        sizes[key] = 1 + sum(size(child) for child in children)
+        active.discard(key)
+        return sizes[key]
+
+    total = size(value)
+    if total > MAX_RECIPE_VALUES:
+        raise ConfigError(
+            f"recipe {origin} expands to {total:,} values (limit {MAX_RECIPE_VALUES:,}): too many YAML aliases?"
+        )
+
+
 def load_recipe(path: str | Path) -> Recipe:
     path = Path(path)
     try:
@@ -132,7 +190,10 @@ def load_recipe(path: str | Path) -> Recipe:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read recipe {path}: {exc}") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_RecipeLoader)  # noqa: S506 - a SafeLoader subclass
+        _check_expansion(raw, str(path))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"recipe {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+        raise ConfigError(f"recipe {path} is not valid YAML: {' '.join(str(exc).split())[:300]}") from None
+    except RecursionError:
+        raise ConfigError(f"recipe {path} is nested too deeply to read") from None
     return parse_recipe(raw, str(path), base_dir=path.resolve().parent)

@@ -4,21 +4,33 @@
 counts, and its provenance (model, profile, tokenizer and chat-template hashes, server model path,
 weight version and SGLang version, sampling per category). It is committed with `put_once` after every
 file it lists is stored and verified, so a manifest on storage means a complete run.
+
+Readers parse a manifest with `parse_manifest`, which checks its shape (a damaged, truncated or foreign
+file is a `ManifestError` that names the file and what is wrong, never a KeyError from deep inside), and
+keeps a listed key from reaching outside the output root.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from eagle_datagen.errors import DataGenError
 from eagle_datagen.storage.objects import StoredObject, put_once, sha256_hex
-from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.storage.output_root import OutputRoot, UnsafeKey, check_key
 
 CONTRACT_VERSION = 1
 FileKind = Literal["data", "quarantine", "rejects", "statistics", "draft_vocab", "report", "summary"]
+FILE_KINDS = frozenset(get_args(FileKind))
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class ManifestError(DataGenError):
+    """A manifest on storage that is not one eagle-datagen wrote: damaged, truncated or of another format."""
 
 
 def manifest_key(run_id: str) -> str:
@@ -83,10 +95,81 @@ def write_manifest(root: OutputRoot, manifest: Manifest) -> StoredObject:
     return put_once(root, manifest_key(manifest.run_id), data)
 
 
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _manifest_problem(raw: Any) -> str | None:
+    """What is wrong with a parsed manifest, or None."""
+    if not isinstance(raw, dict):
+        return f"it is a JSON {type(raw).__name__}, not an object"
+    if raw.get("contract") != CONTRACT_VERSION or type(raw.get("contract")) is not int:
+        return f"contract is {raw.get('contract')!r}; this eagle-datagen reads contract {CONTRACT_VERSION}"
+    for name in ("run_id", "model", "profile", "created_at"):
+        if not isinstance(raw.get(name), str) or not raw[name]:
+            return f"{name} must be a non-empty string"
+    if raw.get("weight_version") is not None and not isinstance(raw["weight_version"], str):
+        return "weight_version must be a string or null"
+    for name in ("provenance", "sampling", "counts"):
+        if not isinstance(raw.get(name), dict):
+            return f"{name} must be an object"
+    counts = raw["counts"]
+    for name in ("samples", "data", "quarantine"):
+        if not _is_count(counts.get(name)):
+            return f"counts.{name} must be a non-negative integer"
+    if not isinstance(counts.get("reasons"), dict):
+        return "counts.reasons must be an object"
+    if not isinstance(raw.get("files"), list):
+        return "files must be a list"
+    for i, entry in enumerate(raw["files"]):
+        where = f"files[{i}]"
+        if not isinstance(entry, dict):
+            return f"{where} must be an object"
+        if not isinstance(entry.get("key"), str):
+            return f"{where}.key must be a string"
+        try:
+            check_key(entry["key"])
+        except UnsafeKey:
+            return f"{where}.key {entry['key'][:120]!r} points outside the output root"
+        if not isinstance(entry.get("kind"), str) or entry["kind"] not in FILE_KINDS:
+            return f"{where}.kind {str(entry.get('kind'))[:40]!r} is not one of {sorted(FILE_KINDS)}"
+        if not isinstance(entry.get("sha256"), str) or not _SHA256.fullmatch(entry["sha256"]):
+            return f"{where}.sha256 must be 64 lowercase hex digits"
+        if not _is_count(entry.get("size")):
+            return f"{where}.size must be a non-negative integer"
+        if entry.get("rows") is not None and not _is_count(entry["rows"]):
+            return f"{where}.rows must be a non-negative integer"
+        if entry.get("category") is not None and not isinstance(entry["category"], str):
+            return f"{where}.category must be a string"
+    return None
+
+
+def parse_manifest(data: bytes, where: str, run_id: str | None = None) -> dict[str, Any]:
+    """A manifest's JSON, checked; `ManifestError` (one line: which file, what is wrong) otherwise."""
+    try:
+        raw = json.loads(data.decode("utf-8"))
+        problem = _manifest_problem(raw)
+    except UnicodeDecodeError as exc:
+        problem = f"it is not UTF-8 text ({exc.reason} at byte {exc.start})"
+    except RecursionError:
+        problem = "it is nested too deeply to be a manifest"
+    except ValueError as exc:
+        problem = f"it is not valid JSON, perhaps truncated ({exc})"
+    if problem is None and run_id is not None and raw["run_id"] != run_id:
+        problem = f"it names run {raw['run_id'][:140]!r}, not {run_id!r}"
+    if problem is not None:
+        raise ManifestError(
+            f"manifest {where} is damaged or not an eagle-datagen manifest: {problem}; restore it from a backup, or "
+            "move it away to make the run unpublished (a rerun with the same run id then publishes it again)"
+        )
+    return raw
+
+
 def read_manifest(root: OutputRoot, run_id: str) -> dict[str, Any] | None:
-    if manifest_key(run_id) not in root.list(f"manifests/run={run_id}"):
+    key = manifest_key(run_id)
+    if key not in root.list(f"manifests/run={run_id}"):
         return None
-    return json.loads(root.read_bytes(manifest_key(run_id)))
+    return parse_manifest(root.read_bytes(key), root.location(key), run_id)
 
 
 def manifest_run_ids(root: OutputRoot) -> list[str]:
@@ -98,7 +181,12 @@ def manifest_run_ids(root: OutputRoot) -> list[str]:
 
 def list_manifests(root: OutputRoot, skip: Container[str] = ()) -> list[dict[str, Any]]:
     """Every run manifest under the root, but those of the runs in `skip` (already read)."""
-    return [json.loads(root.read_bytes(manifest_key(r))) for r in manifest_run_ids(root) if r not in skip]
+    manifests = []
+    for run_id in manifest_run_ids(root):
+        if run_id not in skip:
+            key = manifest_key(run_id)
+            manifests.append(parse_manifest(root.read_bytes(key), root.location(key), run_id))
+    return manifests
 
 
 def verify_manifest(root: OutputRoot, manifest: dict[str, Any]) -> list[str]:

@@ -3,8 +3,10 @@
 Local writes go to a temporary name and are renamed into place, so a reader never sees half a file.
 S3 writes carry a SHA256 checksum that the server verifies; S3 reads, writes and listings retry transient
 errors (a store restarting, throttling, connection resets) for up to two minutes, so a run outlives them.
-`list_modified` gives each key's modification time as the store recorded it (S3 `LastModified`, a local
-file's mtime): times that different workers compare without trusting each other's clocks.
+Keys are checked before use: a key built from a tampered plan or manifest (`../`, an absolute path) must
+not reach outside the root. `list_modified` gives each key's modification time as the store recorded it
+(S3 `LastModified`, a local file's mtime): times that different workers compare without trusting each
+other's clocks.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from eagle_datagen.errors import DataGenError
+from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, list_keys, retry_transient, s3_client
 
 
@@ -34,7 +36,35 @@ class OutputRoot(Protocol):
         """key -> modification time (seconds since the epoch, by the store's clock) of every key under prefix."""
         ...
 
+    def delete(self, key: str) -> None:
+        """Remove `key` if it is there. Only for a run's own bookkeeping (a withdrawn claim): committed
+        objects are never deleted, and a shared object is removed with `objects.delete_if_unchanged`."""
+        ...
+
     def location(self, key: str) -> str: ...
+
+
+class UnsafeKey(DataGenError):
+    """A key that would address something outside the output root."""
+
+
+def check_key(key: str) -> str:
+    """`key` when it is a plain relative path inside the root: no absolute path, no '.' or '..' or empty
+    segment, no backslash or NUL."""
+    parts = key.split("/")
+    if not key or "\\" in key or "\x00" in key or any(part in ("", ".", "..") for part in parts):
+        raise UnsafeKey(
+            f"refusing storage key {key!r}: keys stay inside the output root (relative, no '.', '..' or empty "
+            "segments, no backslash or NUL); was a plan or manifest edited by hand?"
+        )
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """A listing prefix: empty, or a key (a trailing '/' allowed, and a partial last segment)."""
+    if prefix:
+        check_key(prefix.removesuffix("/"))
+    return prefix
 
 
 @contextmanager
@@ -61,20 +91,23 @@ class LocalOutputRoot:
     def path(self) -> Path:
         return Path(self.uri)
 
+    def _path(self, key: str) -> Path:
+        return self.path / check_key(key)
+
     def location(self, key: str) -> str:
-        return str(self.path / key)
+        return str(self._path(key))
 
     def write_bytes(self, key: str, data: bytes) -> str:
-        target = self.path / key
+        target = self._path(key)
         with staged_file(target, data) as tmp:
             os.replace(tmp, target)
         return str(target)
 
     def read_bytes(self, key: str) -> bytes:
-        return (self.path / key).read_bytes()
+        return self._path(key).read_bytes()
 
     def _files(self, prefix: str) -> Iterator[tuple[str, Path]]:
-        folder = self.path / prefix.rpartition("/")[0]  # walk only the folder the prefix is in
+        folder = self.path / check_prefix(prefix).rpartition("/")[0]  # walk only the folder the prefix is in
         if not folder.is_dir():
             return
         for path in folder.rglob("*"):
@@ -84,6 +117,9 @@ class LocalOutputRoot:
 
     def list(self, prefix: str = "") -> list[str]:
         return sorted(key for key, _ in self._files(prefix))
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
 
     def list_modified(self, prefix: str = "") -> dict[str, float]:
         found = {}
@@ -104,7 +140,7 @@ class S3OutputRoot:
         return S3Uri.parse(self.uri.rstrip("/") + "/")
 
     def _key(self, key: str) -> str:
-        return self._base.key + key
+        return self._base.key + check_key(key)
 
     def location(self, key: str) -> str:
         return f"s3://{self._base.bucket}/{self._key(key)}"
@@ -113,7 +149,7 @@ class S3OutputRoot:
         return self._base.bucket, self._key(key)
 
     def write_bytes(self, key: str, data: bytes) -> str:
-        bucket, full_key = self.bucket_key(key)
+        bucket, full_key = self.bucket_key(key)  # an unsafe key is refused before any request
         try:
             retry_transient(
                 f"write {self.location(key)}",
@@ -133,25 +169,47 @@ class S3OutputRoot:
 
     def list(self, prefix: str = "") -> list[str]:
         start = len(self._base.key)
-        keys = retry_transient(
-            f"list {self.location(prefix)}", lambda: sorted(list_keys(self._base.bucket, self._key(prefix)))
-        )
+        full_prefix = self._base.key + check_prefix(prefix)  # location() would refuse a prefix ending in '/'
+        where = f"s3://{self._base.bucket}/{full_prefix}"
+        keys = retry_transient(f"list {where}", lambda: sorted(list_keys(self._base.bucket, full_prefix)))
         return [k[start:] for k in keys]
+
+    def delete(self, key: str) -> None:
+        bucket, full_key = self.bucket_key(key)
+        try:  # S3 answers a delete of a missing key with success
+            retry_transient(
+                f"delete {self.location(key)}", lambda: s3_client().delete_object(Bucket=bucket, Key=full_key)
+            )
+        except DataGenError:
+            raise
+        except Exception as exc:
+            raise DataGenError(f"cannot delete {self.location(key)}: {describe_error(exc)}") from None
 
     def list_modified(self, prefix: str = "") -> dict[str, float]:
         start = len(self._base.key)
+        full_prefix = self._base.key + check_prefix(prefix)
 
         def listing() -> dict[str, float]:
-            pages = (
-                s3_client()
-                .get_paginator("list_objects_v2")
-                .paginate(Bucket=self._base.bucket, Prefix=self._key(prefix))
-            )
+            pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket=self._base.bucket, Prefix=full_prefix)
             items = (item for page in pages for item in page.get("Contents", []))
             return {item["Key"][start:]: item["LastModified"].timestamp() for item in items}
 
-        return dict(sorted(retry_transient(f"list {self.location(prefix)}", listing).items()))
+        where = f"s3://{self._base.bucket}/{full_prefix}"
+        return dict(sorted(retry_transient(f"list {where}", listing).items()))
 
 
 def open_output_root(uri: str) -> OutputRoot:
-    return S3OutputRoot(uri) if is_s3_uri(uri) else LocalOutputRoot(uri)
+    if not uri or "\x00" in uri:
+        raise ConfigError(f"bad output root {uri!r}: give a local folder or s3://bucket/prefix")
+    if not is_s3_uri(uri):
+        return LocalOutputRoot(uri)
+    try:
+        base = S3Uri.parse(uri.rstrip("/") + "/")
+        if base.key:
+            check_key(base.key.rstrip("/"))
+    except (ValueError, UnsafeKey):
+        raise ConfigError(
+            f"bad output root {uri!r}: give s3://bucket/prefix (a bucket, then a prefix without '.', '..' or "
+            "empty segments)"
+        ) from None
+    return S3OutputRoot(uri)

@@ -48,6 +48,8 @@ class TokenizeOptions:
     seed: int | None = None
     processes: int | None = None
     trust_remote_code: bool = False
+    # Keep records whose text would put special tokens into the prompt (None: the recipe's, else False).
+    allow_special_token_text: bool | None = None
 
 
 @dataclass
@@ -78,6 +80,7 @@ class TokenizeSetup:
     recipe: Recipe | None
     max_reject_rate: float
     seed: int
+    allow_special_token_text: bool = False
 
     @property
     def profile(self) -> ModelProfile:
@@ -95,7 +98,10 @@ def setup_tokenize(options: TokenizeOptions) -> TokenizeSetup:
     if max_reject_rate is None:
         max_reject_rate = recipe.max_reject_rate if recipe else DEFAULT_MAX_REJECT_RATE
     seed = options.seed if options.seed is not None else (recipe.seed if recipe else 0)
-    return TokenizeSetup(options, loaded, plans, recipe, max_reject_rate, seed)
+    allow = options.allow_special_token_text
+    if allow is None:
+        allow = recipe.allow_special_token_text if recipe else False
+    return TokenizeSetup(options, loaded, plans, recipe, max_reject_rate, seed, allow)
 
 
 def _prompt_token_limits(options: TokenizeOptions, recipe: Recipe | None) -> dict[str, int]:
@@ -151,6 +157,7 @@ def collect_and_tokenize(
         _prompt_token_limits(options, setup.recipe),
         processes=options.processes,
         trust_remote_code=options.trust_remote_code,
+        allow_special_token_text=setup.allow_special_token_text,
     )
     rejects = collected.rejects + result.rejects
     write_rejects(root, rejects_key, rejects)

@@ -4,6 +4,9 @@ Each prompt is rendered with `apply_chat_template(messages, tools=..., add_gener
 tokenize=False)` (tools differ per prompt) and a batch of rendered prompts is encoded in one call with
 `add_special_tokens=False`, which is exactly what `apply_chat_template(..., tokenize=True)` does, but
 lets the Rust tokenizer encode the whole batch at once. Large inputs are split over worker processes.
+A record whose strings would put special ids into the prompt that the template did not place (literal
+`<|im_end|>` typed by a user) is rejected as `special_token_text` unless the run allows it
+(special_tokens.py).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from eagle_datagen.profile import ModelProfile
 from eagle_datagen.progress import Progress
 from eagle_datagen.records import PromptRecord, Reject, excerpt_of
 from eagle_datagen.tokenization.loader import LoadedTokenizer
+from eagle_datagen.tokenization.special_tokens import SpecialTokenGuard
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 256
@@ -51,26 +55,63 @@ def _reject(record: PromptRecord, reason: str, detail: str) -> Reject:
     )
 
 
+def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+
+
 def tokenize_batch(
-    tokenizer: Any, profile: ModelProfile, records: Sequence[PromptRecord], limits: Mapping[str, int]
+    tokenizer: Any,
+    profile: ModelProfile,
+    records: Sequence[PromptRecord],
+    limits: Mapping[str, int],
+    guard: SpecialTokenGuard | None = None,
 ) -> tuple[list[TokenizedPrompt], list[Reject]]:
-    """Render and encode one batch; a record that fails is rejected with its reason, the rest go on."""
+    """Render and encode one batch; a record that fails is rejected with its reason, the rest go on.
+    With a `guard`, records holding special-token text are rendered a second time as a skeleton (see
+    special_tokens.py), encoded in the same batch."""
     rendered: list[tuple[PromptRecord, str]] = []
+    # index in rendered -> (what was found where, index of the skeleton's text or None)
+    skeletons: dict[int, tuple[str, int | None]] = {}
+    extra_texts: list[str] = []
     rejects: list[Reject] = []
     for record in records:
         try:
-            text = tokenizer.apply_chat_template(
-                record.messages, tools=record.tools, add_generation_prompt=True, tokenize=False
-            )
+            text = _render(tokenizer, record.messages, record.tools)
         except Exception as exc:  # templates may raise anything (raise_exception, type errors)
             rejects.append(_reject(record, "template_error", f"the chat template failed: {exc}"))
             continue
+        hit = guard.find(record.messages, record.tools) if guard is not None else None
+        if hit is not None:
+            assert guard is not None
+            found = f"{hit.where} holds {hit.text!r} (token {guard.texts[hit.text]})"
+            try:
+                skeleton = _render(tokenizer, guard.neutralise(record.messages), guard.neutralise(record.tools))
+                skeletons[len(rendered)] = (found, len(extra_texts))
+                extra_texts.append(skeleton)
+            except Exception:  # the template fails without the token text: it depends on it, so it cannot pass
+                skeletons[len(rendered)] = (found, None)
         rendered.append((record, text))
-    encoded = tokenizer([text for _, text in rendered], add_special_tokens=False)["input_ids"] if rendered else []
+    texts = [text for _, text in rendered] + extra_texts
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    encoded, skeleton_ids = encoded[: len(rendered)], encoded[len(rendered) :]
     suffix = profile.prompt_suffix_ids
     tokenized: list[TokenizedPrompt] = []
-    for (record, _), ids in zip(rendered, encoded, strict=True):
+    for index, ((record, _), ids) in enumerate(zip(rendered, encoded, strict=True)):
         limit = min(limits.get(record.category, limits.get("*", profile.context_length)), profile.context_length - 1)
+        if index in skeletons:
+            assert guard is not None
+            found, at = skeletons[index]
+            if at is None or guard.forged(ids, skeleton_ids[at]):
+                rejects.append(
+                    _reject(
+                        record,
+                        "special_token_text",
+                        f"{found}, which would enter the prompt where the chat template did not place it (text "
+                        "must not forge turn boundaries); set allow_special_token_text in the recipe or "
+                        "--allow-special-token-text to keep such records",
+                    )
+                )
+                continue
         if tuple(ids[-len(suffix) :]) != suffix:
             rejects.append(
                 _reject(
@@ -91,10 +132,12 @@ def tokenize_batch(
 
 
 # Worker state: set in the parent before forking (inherited), or by _init_worker under spawn.
-_worker: tuple[Any, ModelProfile, Mapping[str, int]] | None = None
+_worker: tuple[Any, ModelProfile, Mapping[str, int], SpecialTokenGuard | None] | None = None
 
 
-def _init_worker(spec: str, profile: ModelProfile, limits: Mapping[str, int], trust_remote_code: bool) -> None:
+def _init_worker(
+    spec: str, profile: ModelProfile, limits: Mapping[str, int], trust_remote_code: bool, guarded: bool
+) -> None:
     global _worker
     # A forked child must not use the Rust thread pool it inherited (its threads do not survive the fork):
     # with TOKENIZERS_PARALLELISM=true it would wait on them forever. Processes are the parallelism here.
@@ -102,13 +145,14 @@ def _init_worker(spec: str, profile: ModelProfile, limits: Mapping[str, int], tr
     if _worker is None:
         from eagle_datagen.tokenization.loader import load_tokenizer
 
-        _worker = (load_tokenizer(spec, profile, trust_remote_code).tokenizer, profile, limits)
+        tokenizer = load_tokenizer(spec, profile, trust_remote_code).tokenizer
+        _worker = (tokenizer, profile, limits, SpecialTokenGuard.of(tokenizer, profile) if guarded else None)
 
 
 def _work(records: Sequence[PromptRecord]) -> tuple[list[TokenizedPrompt], list[Reject]]:
     assert _worker is not None
-    tokenizer, profile, limits = _worker
-    return tokenize_batch(tokenizer, profile, records, limits)
+    tokenizer, profile, limits, guard = _worker
+    return tokenize_batch(tokenizer, profile, records, limits, guard)
 
 
 def auto_processes(n_prompts: int) -> int:
@@ -127,28 +171,31 @@ def tokenize_prompts(
     processes: int | None = None,
     batch_size: int = BATCH_SIZE,
     trust_remote_code: bool = False,
+    allow_special_token_text: bool = False,
 ) -> TokenizeResult:
-    """Tokenize records in order; `max_prompt_tokens` is one limit or a limit per category ("*" = default)."""
+    """Tokenize records in order; `max_prompt_tokens` is one limit or a limit per category ("*" = default).
+    Records whose text would forge special tokens are rejected unless `allow_special_token_text`."""
     global _worker
     limits = {"*": max_prompt_tokens} if isinstance(max_prompt_tokens, int) else dict(max_prompt_tokens)
+    guard = None if allow_special_token_text else SpecialTokenGuard.of(loaded.tokenizer, loaded.profile)
     processes = processes or auto_processes(len(records))
     result = TokenizeResult()
     progress = Progress("tokenize", total=len(records), unit="prompts")
     if processes <= 1:
         for chunk in _chunks(records, batch_size):
-            tokenized, rejects = tokenize_batch(loaded.tokenizer, loaded.profile, chunk, limits)
+            tokenized, rejects = tokenize_batch(loaded.tokenizer, loaded.profile, chunk, limits, guard)
             result.prompts.extend(tokenized)
             result.rejects.extend(rejects)
             progress.advance(len(chunk))
     else:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        _worker = (loaded.tokenizer, loaded.profile, limits) if method == "fork" else None
+        _worker = (loaded.tokenizer, loaded.profile, limits, guard) if method == "fork" else None
         try:
             with ProcessPoolExecutor(
                 processes,
                 mp_context=multiprocessing.get_context(method),
                 initializer=_init_worker,
-                initargs=(loaded.spec, loaded.profile, limits, trust_remote_code),
+                initargs=(loaded.spec, loaded.profile, limits, trust_remote_code, guard is not None),
             ) as pool:
                 chunks = list(_chunks(records, batch_size))
                 for chunk, (tokenized, rejects) in zip(chunks, pool.map(_work, chunks), strict=True):

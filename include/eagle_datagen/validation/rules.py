@@ -79,11 +79,15 @@ def _as_ids(ids: Any) -> np.ndarray:
     if isinstance(ids, np.ndarray):
         array = ids
     else:
-        try:
-            array = np.asarray(ids if ids is not None else (), dtype=np.int64)
+        try:  # no dtype: a float, bool or string id must not be cast into an integer silently
+            array = np.asarray(ids if ids is not None else ())
         except (TypeError, ValueError, OverflowError) as exc:
-            raise ValueError(f"ids that are not integers in the int64 range ({exc})") from None
+            raise ValueError(f"ids that are not a flat list of integers ({exc})") from None
+        if not array.size:
+            return np.zeros(0, dtype=np.int64)
     if array.ndim != 1 or (array.dtype.kind not in "iu" and array.size):
+        if array.dtype.kind == "O":
+            raise ValueError("ids must be integers in the int64 range (some are larger, or not numbers)")
         raise ValueError(f"ids must be a flat list of integers, not a {array.ndim}-d {array.dtype} array")
     return array
 

@@ -13,10 +13,10 @@ and `finalize` writes statistics, draft vocabulary, report and manifest, then up
 Nightly at 03:00 UTC (`EAGLE_DATAGEN_SCHEDULE`) the run is incremental: it generates only samples that no
 published run has for this model, weight version and sampling, and ends after `plan` when nothing is new.
 One DAG per category keeps backfills of different categories apart:
-`airflow backfill create --dag-id eagle_datagen__math --from-date 2026-01-01 --to-date 2026-01-03T03:00:00+00:00
---max-active-runs 1` (a backfill ignores the DAG's max_active_runs; concurrent incremental runs would each
-generate the same prompts); add `--dag-run-conf '{"force_regenerate": true}'` to generate again what is
-already published.
+`airflow backfill create --dag-id eagle_datagen__math --from-date 2026-01-01 --to-date 2026-01-03T03:00:00+00:00`;
+add `--dag-run-conf '{"force_regenerate": true}'` to generate again what is already published. A backfill
+ignores the DAG's max_active_runs, so its runs plan at once: the first to plan claims the new samples and
+the others end after `plan` (`--max-active-runs 1` only makes the earliest date the one that generates).
 
 Needs the connection in the `sglang_conn_id` param (see its help), an `sglang` pool, and for an `s3://`
 output the AWS connection `aws_default` or the workers' AWS environment.

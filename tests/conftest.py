@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,12 @@ def s3_env(seaweedfs, monkeypatch):
     s3_client.cache_clear()
     yield seaweedfs
     s3_client.cache_clear()
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
+def output_uri(request, tmp_path) -> str:
+    """An output root on each backend: a local folder, and a fresh prefix on the session's SeaweedFS."""
+    if request.param == "local":
+        return str(tmp_path / "out")
+    request.getfixturevalue("s3_env")
+    return f"s3://eagle/root-{uuid.uuid4().hex[:12]}"

@@ -340,6 +340,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --incremental: samples made with other weights do not count, so new weights regenerate",
     )
     output.add_argument(
+        "--claim-ttl",
+        type=_positive_float,
+        metavar="S",
+        help="with --incremental: the samples planned by another run under ROOT that has not published yet "
+        "count as existing while that run wrote something in the last S seconds (default: 3600, longer than a "
+        "live run stays silent); an older run's samples are generated again",
+    )
+    output.add_argument(
         "--shard-size", type=_positive_int, default=1000, metavar="N", help="prompts per shard (default: 1000)"
     )
     output.add_argument(
@@ -446,6 +454,7 @@ def _tokenize(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from eagle_datagen.generation.checkpoint import CheckpointPolicy
+    from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
     from eagle_datagen.generation.publish import PublishOptions
     from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
     from eagle_datagen.inference.endpoints import BreakerPolicy
@@ -474,6 +483,7 @@ def _run(args: argparse.Namespace) -> int:
             canary=not args.no_canary,
             incremental=args.incremental,
             per_weight_version=args.per_weight_version,
+            claim_ttl_s=args.claim_ttl or DEFAULT_CLAIM_TTL_S,
             preflight_wait_s=args.wait_ready,
             publish=PublishOptions(
                 limits=ValidationLimits(max_reasoning_tokens=args.max_reasoning_tokens),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Mapping
 from datetime import timedelta
@@ -19,14 +20,20 @@ MAX_RUN_ID = 128
 # The package's expected failures (bad config, a failed diagnosis, a collision on storage) are terminal:
 # retrying cannot fix them, so the task fails at once with the package's one-line message. Everything
 # else retries with exponential backoff; a shard whose samples ran out of attempts (RetryableShardError)
-# resumes from its checkpoints, on any worker.
+# resumes from its checkpoints, on any worker; a plan that could not get the output root's plan lock
+# (PlanLockBusy) plans again.
 RETRY_POLICY = ExceptionRetryPolicy(
     rules=[
+        RetryRule(  # first: it is a DataGenError, but other planners' lock clears with time
+            exception="eagle_datagen.generation.plan_lock.PlanLockBusy",
+            action=RetryAction.RETRY,
+            reason="other incremental runs held the plan lock of the output root: plan again later",
+        ),
         RetryRule(
             exception="eagle_datagen.errors.DataGenError",
             action=RetryAction.FAIL,
             reason="an expected, terminal failure (see the message): retrying cannot fix it",
-        )
+        ),
     ]
 )
 
@@ -65,6 +72,23 @@ def refuse_unknown_conf(conf: Mapping[str, Any] | None, params: Mapping[str, Any
         raise ConfigError(f"unknown setting(s) {unknown} in the run's conf; the params are {sorted(params)}")
 
 
+def claim_ttl_s() -> float:
+    """`EAGLE_DATAGEN_CLAIM_TTL` (seconds) on the workers, for deployments whose shards can wait in the
+    `sglang` pool longer than the package's default of an hour."""
+    from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S  # not at parse time: it pulls in pyarrow
+
+    value = os.environ.get("EAGLE_DATAGEN_CLAIM_TTL", "").strip()
+    if not value:
+        return DEFAULT_CLAIM_TTL_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ConfigError(f"EAGLE_DATAGEN_CLAIM_TTL={value!r} is not a positive number of seconds (unset it for 3600)")
+    return seconds
+
+
 def run_config(
     category: str, recipe: str, run_id: str, params: Mapping[str, Any], deployment: Deployment
 ) -> dict[str, Any]:
@@ -89,6 +113,8 @@ def run_config(
         concurrency=deployment.concurrency,
         incremental=not params["force_regenerate"],
         per_weight_version=True,  # new weights make every sample new
+        claim_ttl_s=claim_ttl_s(),
+        dry_run=params["dry_run"],
         draft_vocab_size=params["draft_vocab_size"],
         trust_remote_code=deployment.trust_remote_code,
     ).to_dict()

@@ -44,12 +44,16 @@ def preflight(category: str, recipe: str, params: Mapping[str, Any], dag: Any, d
 
 def plan(config: dict[str, Any], servers: list[dict[str, Any]], params: Mapping[str, Any]) -> list[int]:
     """Source, tokenize and plan (or load the plan of an earlier try); returns the shards to generate."""
-    from eagle_datagen.generation.steps import plan_step
+    from eagle_datagen.generation.steps import plan_step, withdraw_step
 
     with object_store(params["aws_conn_id"]):
         planned = plan_step(config, servers)
-    shards = planned["shards"]
-    check_mappable(len(shards), planned["samples"], config["shard_size"])
+        shards = planned["shards"]
+        try:
+            check_mappable(len(shards), planned["samples"], config["shard_size"])
+        except AirflowFailException:
+            withdraw_step(config)  # the run ends here: the next one must not skip the samples it claimed
+            raise
     if params["dry_run"]:
         log.info("dry run: %d samples in %d shard(s) planned, nothing generated", planned["samples"], len(shards))
         shards = []

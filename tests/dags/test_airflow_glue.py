@@ -108,7 +108,7 @@ def test_aws_connection_sets_the_environment_for_the_task_only(connection, monke
         assert os.environ["AWS_ACCESS_KEY_ID"] == "from-env"
 
 
-def test_params_become_a_run_config():
+def test_params_become_a_run_config(monkeypatch):
     from eagle_datagen_airflow.deployment import Deployment
     from eagle_datagen_airflow.runs import refuse_unknown_conf, run_config
 
@@ -122,6 +122,7 @@ def test_params_become_a_run_config():
         "shard_size": 500,
         "draft_vocab_size": 32000,
         "force_regenerate": False,
+        "dry_run": False,
     }
     config = run_config("math", "/r.yaml", "math-x", params, Deployment(urls=["http://a:1"], tokenizer="tok"))
     parsed = RunConfig.from_dict(json.loads(json.dumps(config)))
@@ -130,6 +131,12 @@ def test_params_become_a_run_config():
     assert not run_config("math", "/r.yaml", "m", params | {"force_regenerate": True}, Deployment(["u"], "t"))[
         "incremental"
     ]
+    assert parsed.claim_ttl_s == 3600
+    monkeypatch.setenv("EAGLE_DATAGEN_CLAIM_TTL", "7200")  # a deployment whose shards queue for longer
+    assert run_config("math", "/r.yaml", "m", params, Deployment(["u"], "t"))["claim_ttl_s"] == 7200
+    monkeypatch.setenv("EAGLE_DATAGEN_CLAIM_TTL", "an hour")
+    with pytest.raises(ConfigError, match="EAGLE_DATAGEN_CLAIM_TTL='an hour' is not a positive number of seconds"):
+        run_config("math", "/r.yaml", "m", params, Deployment(["u"], "t"))
     refuse_unknown_conf({"temperature": 1}, params)
     with pytest.raises(ConfigError, match=r"unknown setting\(s\) \['temprature'\]"):
         refuse_unknown_conf({"temprature": 1}, params)
@@ -138,6 +145,7 @@ def test_params_become_a_run_config():
 def test_retry_policy_retries_transient_failures_and_fails_terminal_ones_at_once():
     from airflow.sdk import RetryAction
 
+    from eagle_datagen.generation.plan_lock import PlanLockBusy
     from eagle_datagen.generation.steps import RetryableShardError
     from eagle_datagen.validation.diagnosis import ValidationFailed
     from eagle_datagen_airflow.runs import RETRY_POLICY
@@ -146,6 +154,7 @@ def test_retry_policy_retries_transient_failures_and_fails_terminal_ones_at_once
         return RETRY_POLICY.evaluate(exc, try_number=1, max_tries=4).action
 
     assert action(RetryableShardError("3 samples ran out of attempts")) is RetryAction.DEFAULT  # retried
+    assert action(PlanLockBusy("other planners held the lock")) is RetryAction.RETRY  # a DataGenError, retried
     assert action(ConfigError("bad recipe")) is RetryAction.FAIL
     assert action(ValidationFailed(["73% of samples have no </think>"])) is RetryAction.FAIL
     assert action(ConnectionResetError()) is RetryAction.DEFAULT
@@ -179,3 +188,38 @@ def test_a_plan_with_more_shards_than_airflow_can_map_fails_with_the_fix(monkeyp
     check_mappable(10, 100, 10)
     with pytest.raises(AirflowFailException, match=r"plans 11 shards .* at most 10 tasks .* shard_size of at least 11"):
         check_mappable(11, 105, 10)
+
+
+def test_a_plan_airflow_cannot_map_withdraws_its_claim_so_the_next_run_generates_the_samples(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eagle_datagen.storage.output_root import LocalOutputRoot
+    from eagle_datagen_airflow import tasks
+
+    from conftest import write_jsonl
+
+    src = write_jsonl(
+        tmp_path / "p.jsonl",
+        [{"category": "chat", "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(3)],
+    )
+    server = {"url": "http://127.0.0.1:9", "model_path": "moonshotai/Kimi-K2.5", "weight_version": None}
+    servers = [server | {"version": None, "max_running_requests": None}]
+    params = {"aws_conn_id": "aws_missing", "dry_run": False}
+
+    def config(run_id: str) -> dict:
+        return RunConfig(
+            output=str(tmp_path / "out"),
+            tokenizer="standin:kimi-k2.5",
+            sglang_urls=[server["url"]],
+            run_id=run_id,
+            prompts=[str(src)],
+            shard_size=1,
+            incremental=True,
+        ).to_dict()
+
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "2")
+    with pytest.raises(AirflowFailException, match="plans 3 shards"):
+        tasks.plan(config("too-wide"), servers, params)
+    assert LocalOutputRoot(str(tmp_path / "out")).list("claims/") == []
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "10")
+    assert tasks.plan(config("fits"), servers, params) == [0, 1, 2]  # nothing held by the refused run

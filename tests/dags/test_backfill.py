@@ -62,17 +62,27 @@ def dag_runs(db: Path) -> list[tuple]:
     return query(db, "SELECT dag_id, run_id, run_type, state, backfill_id FROM dag_run ORDER BY logical_date")
 
 
-def wait_for_runs(db: Path, components: list[Component], logs: Path) -> list[tuple]:
+def wait_for(components: list[Component], logs: Path, what: str, condition) -> None:
+    """Poll `condition()` (the DB) until it holds, while every component keeps running."""
     deadline = time.monotonic() + DEADLINE_S
-    runs: list[tuple] = []
     while time.monotonic() < deadline:
         for component in components:
             component.check_alive()  # fails with the end of its log
-        runs = dag_runs(db)
-        if len(runs) >= 3 and all(state in ("success", "failed") for _, _, _, state, _ in runs):
-            return runs
-        time.sleep(2)
-    pytest.fail(f"backfill not done after {DEADLINE_S} s: {runs}\n{tail(logs / 'scheduler.log')}")
+        if condition():
+            return
+        time.sleep(1)
+    pytest.fail(f"{what}: not after {DEADLINE_S} s\n{tail(logs / 'scheduler.log')}")
+
+
+def runs_done(db: Path) -> bool:
+    runs = dag_runs(db)
+    return len(runs) >= 3 and all(state in ("success", "failed") for _, _, _, state, _ in runs)
+
+
+def plans_done(db: Path) -> bool:
+    states = query(db, "SELECT state FROM task_instance WHERE task_id = 'plan'")
+    assert ("failed",) not in states, states
+    return len(states) == 3 and all(state == "success" for (state,) in states)
 
 
 def task_states(db: Path, run_id: str) -> dict[tuple[str, int], str]:
@@ -107,20 +117,24 @@ def deployment(tmp_path):
         }
 
 
-def test_backfill_of_one_category_runs_under_the_scheduler_and_leaves_the_others_alone(deployment):
+def test_a_backfill_whose_runs_plan_at_once_generates_each_sample_once_and_leaves_other_categories_alone(
+    deployment,
+):
     from eagle_datagen.storage.manifest import list_manifests, verify_manifest
     from eagle_datagen.storage.output_root import open_output_root
+    from eagle_datagen.storage.parquet import decode_shard
     from eagle_datagen_airflow.runs import run_id_for
 
     af, db, logs, output = deployment["airflow"], deployment["db"], deployment["logs"], deployment["output"]
     started = time.monotonic()
     af.cli("db", "migrate")
-    af.cli("pools", "set", "sglang", "2", "shards generating at once")
+    # No slot until every run has planned: each plans while the others are in flight and none has published,
+    # the race that duplicated samples before the plan lock and claims (the pool opens below).
+    af.cli("pools", "set", "sglang", "0", "shards generating at once")
     af.cli("dags", "reserialize")  # the backfill needs the DAG in the DB; the dag-processor keeps it there
     af.cli("dags", "unpause", "eagle_datagen__math")  # every other DAG stays paused, as created
     conf = json.dumps(CONF | {"output": str(output)})
-    # A backfill ignores the DAG's max_active_runs=1 (its own default is 10): without --max-active-runs 1 the
-    # three runs start together, each plans before any has published, and each generates the same prompts.
+    # No --max-active-runs 1: the backfill's own default (10) lets all three runs start together.
     af.cli(
         "backfill",
         "create",
@@ -130,8 +144,6 @@ def test_backfill_of_one_category_runs_under_the_scheduler_and_leaves_the_others
         DATES[0],
         "--to-date",
         DATES[1],
-        "--max-active-runs",
-        "1",
         "--dag-run-conf",
         conf,
     )
@@ -153,7 +165,10 @@ def test_backfill_of_one_category_runs_under_the_scheduler_and_leaves_the_others
             component = Component(name, [AIRFLOW, *args], env, logs).start()
             stack.callback(component.stop)
             components.append(component)
-        runs = wait_for_runs(db, components, logs)
+        wait_for(components, logs, "every run planned", lambda: plans_done(db))
+        af.cli("pools", "set", "sglang", "2", "shards generating at once")
+        wait_for(components, logs, "every run finished", lambda: runs_done(db))
+        runs = dag_runs(db)
     run_s = time.monotonic() - started - setup_s
     print(f"setup {setup_s:.0f} s, backfill under the scheduler {run_s:.0f} s")
 
@@ -167,32 +182,40 @@ def test_backfill_of_one_category_runs_under_the_scheduler_and_leaves_the_others
         "eagle_datagen__chat": 1,  # parsed and present, never run
         "eagle_datagen_release": 1,  # scheduled on the category assets; paused, so the math asset queues it only
     }
-    first, *later = [run_id for _, run_id, *_ in runs]
-
-    # One at a time, in date order (the earliest ends before the next starts)
-    spans = query(db, "SELECT start_date, end_date FROM dag_run ORDER BY logical_date")
-    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False)), spans
-    # Runs are incremental: the first (earliest date) generates the category's prompts and publishes them;
-    # the later ones find every sample already published, end after `plan`, and publish nothing.
-    assert task_states(db, first) == {
+    # All three ran at once, and all three planned before any shard generated: nothing was published yet.
+    spans = query(db, "SELECT start_date, end_date FROM dag_run")
+    assert max(start for start, _ in spans) < min(end for _, end in spans), spans
+    [(first_generation,)] = query(db, "SELECT min(start_date) FROM task_instance WHERE task_id = 'generate_shard'")
+    [(last_plan,)] = query(db, "SELECT max(end_date) FROM task_instance WHERE task_id = 'plan'")
+    assert last_plan < first_generation
+    # The run that planned first claimed the category's samples; the others found them claimed by a run in
+    # flight, ended after `plan` and published nothing.
+    states = {run_id: task_states(db, run_id) for _, run_id, *_ in runs}
+    generating = [run_id for run_id, s in states.items() if s.get(("generate_shard", -1)) != "skipped"]
+    assert len(generating) == 1, states
+    [producer] = generating
+    assert states[producer] == {
         ("preflight", -1): "success",
         ("plan", -1): "success",
         ("generate_shard", 0): "success",
         ("generate_shard", 1): "success",
         ("finalize", -1): "success",
     }
-    for run_id in later:
-        states = task_states(db, run_id)
-        assert states[("plan", -1)] == "success", states
-        assert states.get(("generate_shard", -1)) == "skipped" and states[("finalize", -1)] == "skipped", states
+    for run_id, s in states.items():
+        if run_id != producer:
+            assert s[("plan", -1)] == "success" and s[("finalize", -1)] == "skipped", s
 
     root = open_output_root(str(output))
     [manifest] = list_manifests(root)
-    assert manifest["run_id"] == run_id_for("math", first)
+    assert manifest["run_id"] == run_id_for("math", producer)
     assert manifest["counts"]["data"] + manifest["counts"]["quarantine"] == CONF["limit"]
     assert manifest["counts"]["data"] > 0 and verify_manifest(root, manifest) == []
+    stored = [
+        sample_id
+        for key in root.list("data/") + root.list("quarantine/")
+        for sample_id in decode_shard(root.read_bytes(key)).column("sample_id").to_pylist()
+    ]
+    assert len(stored) == len(set(stored)) == CONF["limit"]  # each sample generated and stored once
     assert {f["key"].split("/")[1] for f in manifest["files"] if f["kind"] == "data"} == {"category=math"}
-    assert root.list("data/category=math/")
     assert not root.list("data/category=chat/") and not root.list("releases/")  # the others are untouched
-    for run_id in later:
-        assert not root.list(f"data/category=math/run={run_id_for('math', run_id)}/")
+    assert root.list("locks/") == []  # every planner released the plan lock

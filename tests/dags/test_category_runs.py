@@ -188,6 +188,7 @@ def test_dry_run_plans_and_generates_nothing(stack):
         assert f"plans/run={run_id}/plan.json" in root.list(f"plans/run={run_id}/")
         assert not root.list(f"data/category=chat/run={run_id}/")
         assert run_id not in {m["run_id"] for m in list_manifests(root)}
+        assert not root.list(f"claims/run={run_id}.")  # a plan never generated holds no samples
 
 
 def test_release_dag_assembles_every_published_run_of_each_category(stack, first_run):

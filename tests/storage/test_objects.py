@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import pytest
 
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.objectstore.s3 import TRANSIENT_CODES
 from eagle_datagen.storage import objects
-from eagle_datagen.storage.objects import ObjectCollision, expected_s3_checksum, put_once
-from eagle_datagen.storage.output_root import LocalOutputRoot, S3OutputRoot
+from eagle_datagen.storage.objects import ObjectCollision, delete_if_unchanged, expected_s3_checksum, put_once
+from eagle_datagen.storage.output_root import LocalOutputRoot, S3OutputRoot, open_output_root
 
 
 def test_local_put_once_is_idempotent_and_refuses_other_content(tmp_path):
@@ -112,3 +113,61 @@ def test_permanent_errors_stop_with_one_line(s3_root, monkeypatch):
     with pytest.raises(DataGenError, match=r"cannot store s3://eagle/.*/f: .*check AWS_ACCESS_KEY_ID") as info:
         put_once(s3_root, "f", b"1")
     assert "\n" not in str(info.value)
+
+
+@pytest.fixture
+def any_root(output_uri):
+    return open_output_root(output_uri)
+
+
+def test_delete_if_unchanged_deletes_only_the_content_it_was_given(any_root):
+    put_once(any_root, "locks/l.json", b"mine")
+    assert not delete_if_unchanged(any_root, "locks/l.json", b"someone else's")
+    assert any_root.read_bytes("locks/l.json") == b"mine"
+    assert delete_if_unchanged(any_root, "locks/l.json", b"mine")
+    assert any_root.list("locks/") == []
+    assert not delete_if_unchanged(any_root, "locks/l.json", b"mine")  # gone: nothing to do
+    put_once(any_root, "locks/l.json", b"next")  # and the key can be created again
+    assert any_root.read_bytes("locks/l.json") == b"next"
+
+
+def test_list_modified_gives_the_stores_times_of_the_keys_under_a_prefix(any_root):
+    put_once(any_root, "plans/run=a/plan.json", b"1")
+    any_root.write_bytes("plans/run=ab/plan.json", b"2")
+    put_once(any_root, "checkpoints/run=a/x.jsonl", b"3")
+    found = any_root.list_modified("plans/run=a/")
+    assert list(found) == ["plans/run=a/plan.json"]
+    assert abs(found["plans/run=a/plan.json"] - time.time()) < 60  # the store runs on this machine
+    assert list(any_root.list_modified("plans/")) == ["plans/run=a/plan.json", "plans/run=ab/plan.json"]
+    assert any_root.list_modified("nothing/here/") == {}
+
+
+@pytest.mark.slow
+def test_s3_delete_leaves_an_object_that_replaced_the_one_it_read(s3_root, monkeypatch):
+    """Between the read and the delete another writer replaces the object: the delete, conditional on the
+    ETag it read, fails on the server and the newer object stays."""
+    from eagle_datagen.objectstore.s3 import s3_client
+
+    put_once(s3_root, "locks/l.json", b"stale")
+    bucket, key = s3_root.bucket_key("locks/l.json")
+    real = s3_client()
+
+    class ReplacedAfterRead:
+        def get_object(self, **kwargs):
+            answer = real.get_object(**kwargs)
+            real.put_object(Bucket=bucket, Key=key, Body=b"fresh")  # another planner's new lock
+            return answer
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    monkeypatch.setattr(objects, "s3_client", ReplacedAfterRead)
+    assert not delete_if_unchanged(s3_root, "locks/l.json", b"stale")
+    assert s3_root.read_bytes("locks/l.json") == b"fresh"
+
+
+def test_delete_removes_a_key_and_a_missing_key_is_no_error(any_root):
+    any_root.write_bytes("claims/run=a.parquet", b"claim")
+    any_root.delete("claims/run=a.parquet")
+    any_root.delete("claims/run=a.parquet")
+    assert any_root.list("claims/") == []

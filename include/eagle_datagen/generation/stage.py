@@ -24,9 +24,10 @@ from typing import Any
 
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints
+from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
+from eagle_datagen.generation.incremental import NothingToDo, claim_samples
 from eagle_datagen.generation.plan import (
     CategorySettings,
-    PlannedPrompt,
     RunPlan,
     check_plan_matches,
     load_plan,
@@ -34,17 +35,17 @@ from eagle_datagen.generation.plan import (
     split_into_shards,
     write_plan,
 )
+from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions, publish_run
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
 from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, preflight
 from eagle_datagen.inference.retry import RetryPolicy
-from eagle_datagen.inference.samples import SampleRequest, make_sample_id
+from eagle_datagen.inference.samples import SampleRequest
 from eagle_datagen.inference.scheduler import generation_details, run_samples
 from eagle_datagen.progress import Progress
 from eagle_datagen.sources.collect import check_sources
 from eagle_datagen.sources.recipe import Defaults, Recipe
-from eagle_datagen.storage.catalog import existing_sample_ids
 from eagle_datagen.storage.output_root import OutputRoot, open_output_root
 from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, collect_and_tokenize, setup_tokenize
 
@@ -82,6 +83,9 @@ class RunOptions:
     canary: bool = True
     incremental: bool = False  # generate only samples that no manifest under the output root lists yet
     per_weight_version: bool = False  # with incremental: samples of other weight versions do not count
+    claim_ttl_s: float = DEFAULT_CLAIM_TTL_S  # with incremental: how long a silent run in flight keeps its samples
+    plan_lock: PlanLockPolicy = field(default_factory=PlanLockPolicy)
+    claim: bool = True  # False for a dry run: a plan that is never generated holds no samples
     canary_max_new_tokens: int = 4096
     preflight_wait_s: float = 30.0
 
@@ -220,30 +224,6 @@ def _finish_counts(root: OutputRoot, plan: RunPlan) -> Counter[str]:
     return counts
 
 
-class NothingToDo(DataGenError):
-    """An incremental run found every sample already generated: a success with nothing to publish."""
-
-
-def skip_existing(
-    root: OutputRoot,
-    planned: list[PlannedPrompt],
-    settings: dict[str, CategorySettings],
-    model: str,
-    weight_version: str | None,
-) -> list[PlannedPrompt]:
-    """Keep only the samples the catalog does not have yet (the nightly refresh)."""
-    existing = existing_sample_ids(root, model, weight_version)
-    kept = []
-    for prompt, indices in planned:
-        sampling = settings[prompt.record.category].sampling
-        new = [k for k in indices if make_sample_id(prompt.record.prompt_id, k, model, sampling) not in existing]
-        if new:
-            kept.append((prompt, new))
-    skipped = sum(len(i) for _, i in planned) - sum(len(i) for _, i in kept)
-    log.info("incremental: %d samples already exist, %d are new", skipped, sum(len(i) for _, i in kept))
-    return kept
-
-
 def prepare_plan(
     setup: TokenizeSetup,
     root: OutputRoot,
@@ -252,7 +232,8 @@ def prepare_plan(
     provenance: dict[str, Any],
     weight_version: str | None = None,
 ) -> RunPlan:
-    """Load the run's plan, or source, tokenize and write it. A rerun never re-sources."""
+    """Load the run's plan, or source, tokenize, claim the samples (incremental.py) and write it. A rerun
+    never re-sources."""
     existing = load_plan(root, run_id)
     if existing is not None:
         log.info("run %s: continuing the existing plan (%d shards)", run_id, len(existing.shards))
@@ -264,10 +245,19 @@ def prepare_plan(
     settings = category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
     model = options.model or setup.profile.model
     planned = [(p, list(range(settings[p.record.category].samples_per_prompt))) for p in tokenized.prompts]
-    if options.incremental:
-        planned = skip_existing(root, planned, settings, model, weight_version if options.per_weight_version else None)
-        if not planned:
-            raise NothingToDo(f"run {run_id}: every sample already exists in the catalog under this output root")
+    planned = claim_samples(
+        root,
+        run_id,
+        planned,
+        settings,
+        model,
+        weight_version,
+        incremental=options.incremental,
+        per_weight_version=options.per_weight_version,
+        claim_ttl_s=options.claim_ttl_s,
+        lock_policy=options.plan_lock,
+        claim=options.claim,
+    )
     shards = split_into_shards(planned, options.shard_size)
     plan = RunPlan(
         run_id=run_id,

@@ -7,6 +7,7 @@ any step can run (or be retried) on any worker:
     servers = preflight_step(config)                # checks every endpoint before any GPU time is spent
     plan = plan_step(config, servers)               # source, tokenize, write the plan (or load it)
     for shard in plan["shards"]: generate_shard_step(config, plan["run_id"], shard)   # mapped
+                                                    # (or withdraw_step(config) if the plan is refused)
     finalize_step(config, plan["run_id"])           # diagnosis, statistics, vocab, report, manifest
 """
 
@@ -18,10 +19,11 @@ import logging
 from typing import Any
 
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
+from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import load_plan
 from eagle_datagen.generation.publish import PublishOptions, ShardIncomplete, finalize_run, publish_shard
 from eagle_datagen.generation.stage import (
-    NothingToDo,
     RunOptions,
     SamplingOverrides,
     canary_request,
@@ -61,6 +63,8 @@ class RunConfig:
     concurrency: int | None = None
     incremental: bool = False
     per_weight_version: bool = False
+    claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
+    dry_run: bool = False  # plan only: the orchestrator generates nothing, so the plan claims no samples
     draft_vocab_size: int = 32000
     max_attempts: int = 8
     canary: bool = True
@@ -107,6 +111,8 @@ class RunConfig:
             canary=self.canary,
             incremental=self.incremental,
             per_weight_version=self.per_weight_version,
+            claim_ttl_s=self.claim_ttl_s,
+            claim=not self.dry_run,
             publish=PublishOptions(draft_vocab_size=self.draft_vocab_size),
         )
 
@@ -151,6 +157,14 @@ def plan_step(config: RunConfig | dict[str, Any], servers: list[dict[str, Any]])
         "samples": plan.total_samples,
         "categories": sorted(plan.categories),
     }
+
+
+def withdraw_step(config: RunConfig | dict[str, Any]) -> None:
+    """The orchestrator will not generate this plan (it refused it after the plan step): the samples the
+    plan claimed are free for the next run at once."""
+    cfg = _config(config)
+    withdraw_claim(open_output_root(cfg.output), cfg.run_id)
+    log.info("run %s: plan withdrawn; its samples are free for other runs", cfg.run_id)
 
 
 def generate_shard_step(

@@ -19,19 +19,31 @@ from eagle_datagen.storage.output_root import OutputRoot
 log = logging.getLogger(__name__)
 
 
-def existing_sample_ids(root: OutputRoot, model: str, weight_version: str | None = None) -> set[str]:
-    """Sample ids in every manifest-listed data and quarantine file of `model` (and `weight_version`)."""
-    found: set[str] = set()
-    runs = 0
-    for manifest in list_manifests(root):
-        if manifest.get("model") != model:
-            continue
-        if weight_version is not None and manifest.get("weight_version") != weight_version:
-            continue
-        runs += 1
-        for entry in manifest["files"]:
-            if entry["kind"] in ("data", "quarantine"):
-                table = pq.read_table(io.BytesIO(root.read_bytes(entry["key"])), columns=["sample_id"])
-                found.update(table.column("sample_id").to_pylist())
-    log.info("catalog: %d existing samples of %s in %d run(s)", len(found), model, runs)
-    return found
+class Catalog:
+    """The sample ids of `model`'s published runs (of `weight_version`, when given). `refresh` reads only
+    the manifests it has not read yet, so keeping it current while other runs publish costs a listing."""
+
+    def __init__(self, model: str, weight_version: str | None = None) -> None:
+        self.model = model
+        self.weight_version = weight_version
+        self.sample_ids: set[str] = set()
+        self.runs: set[str] = set()  # every published run read, whatever its model
+
+    def refresh(self, root: OutputRoot) -> Catalog:
+        matched = 0
+        for manifest in list_manifests(root, skip=self.runs):
+            self.runs.add(manifest["run_id"])
+            if manifest.get("model") != self.model:
+                continue
+            if self.weight_version is not None and manifest.get("weight_version") != self.weight_version:
+                continue
+            matched += 1
+            for entry in manifest["files"]:
+                if entry["kind"] in ("data", "quarantine"):
+                    table = pq.read_table(io.BytesIO(root.read_bytes(entry["key"])), columns=["sample_id"])
+                    self.sample_ids.update(table.column("sample_id").to_pylist())
+        if matched:
+            log.info(
+                "catalog: %d existing samples of %s (%d new run(s) read)", len(self.sample_ids), self.model, matched
+            )
+        return self

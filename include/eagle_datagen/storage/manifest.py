@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
@@ -171,13 +172,19 @@ def read_manifest(root: OutputRoot, run_id: str) -> dict[str, Any] | None:
     return parse_manifest(root.read_bytes(key), root.location(key), run_id)
 
 
-def list_manifests(root: OutputRoot) -> list[dict[str, Any]]:
-    """Every run manifest under the root (the `.json` files only, not their artifacts)."""
+def manifest_run_ids(root: OutputRoot) -> list[str]:
+    """The run ids of every manifest under the root (the `.json` files only, not their artifacts)."""
     keys = [k for k in root.list("manifests/") if k.startswith("manifests/run=") and k.endswith(".json")]
+    # manifests/run=<id>.json; artifacts have a second dot
+    return [k.removeprefix("manifests/run=").removesuffix(".json") for k in sorted(keys) if k.count(".") == 1]
+
+
+def list_manifests(root: OutputRoot, skip: Container[str] = ()) -> list[dict[str, Any]]:
+    """Every run manifest under the root, but those of the runs in `skip` (already read)."""
     manifests = []
-    for key in sorted(keys):
-        if key.count(".") == 1:  # manifests/run=<id>.json; artifacts have a second dot
-            run_id = key.removeprefix("manifests/run=").removesuffix(".json")
+    for run_id in manifest_run_ids(root):
+        if run_id not in skip:
+            key = manifest_key(run_id)
             manifests.append(parse_manifest(root.read_bytes(key), root.location(key), run_id))
     return manifests
 

@@ -10,12 +10,17 @@ a server restarting) are retried with backoff for up to two minutes (`retry_tran
 answer was lost after the store committed it finds the object there on the next attempt (a 412, then the
 same checksum). On a local folder the file is linked into place, which fails instead of replacing an
 existing file.
+
+`delete_if_unchanged(root, key, expected)` is the matching delete, for the few short-lived objects (the
+plan lock) that are removed again: it deletes `key` only while it still holds `expected`, so a writer
+never removes an object that someone else has put there since it looked.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +31,7 @@ from eagle_datagen.errors import DataGenError
 from eagle_datagen.objectstore.s3 import describe_error, retry_transient, s3_client
 from eagle_datagen.storage.output_root import LocalOutputRoot, OutputRoot, S3OutputRoot, staged_file
 
+log = logging.getLogger(__name__)
 PART_SIZE = 16 * 1024 * 1024
 
 
@@ -175,3 +181,57 @@ def put_once(root: OutputRoot, key: str, data: bytes) -> StoredObject:
     else:  # pragma: no cover - only the two roots exist
         raise TypeError(f"unsupported output root {root!r}")
     return StoredObject(key, sha256_hex(data), len(data))
+
+
+def _delete_s3(root: S3OutputRoot, key: str, expected: bytes) -> bool:
+    bucket, full_key = root.bucket_key(key)
+    client = s3_client()
+
+    def delete() -> bool:
+        try:
+            current = client.get_object(Bucket=bucket, Key=full_key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return False
+            raise
+        if current["Body"].read() != expected:
+            return False
+        try:  # only the object just read: another writer's newer object there is left alone (412)
+            client.delete_object(Bucket=bucket, Key=full_key, IfMatch=current["ETag"])
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if _is_precondition_failed(exc) or code in ("NoSuchKey", "404"):
+                return False
+            if code != "NotImplemented":
+                raise
+            # a store without conditional deletes (AWS, SeaweedFS and Ceph have them): the window is the read
+            log.warning("%s does not support conditional deletes; deleting %s unconditionally", root.uri, key)
+            client.delete_object(Bucket=bucket, Key=full_key)
+        return True
+
+    try:
+        return retry_transient(f"delete {root.location(key)}", delete)
+    except DataGenError:
+        raise
+    except Exception as exc:
+        raise DataGenError(f"cannot delete {root.location(key)}: {describe_error(exc)}") from None
+
+
+def _delete_local(root: LocalOutputRoot, key: str, expected: bytes) -> bool:
+    target = Path(root.location(key))
+    try:
+        if target.read_bytes() != expected:
+            return False
+        target.unlink()  # a local root has no conditional delete: the window is the read above
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def delete_if_unchanged(root: OutputRoot, key: str, expected: bytes) -> bool:
+    """Delete `key` if it holds exactly `expected`; False when it is gone or holds something else."""
+    if isinstance(root, S3OutputRoot):
+        return _delete_s3(root, key, expected)
+    if isinstance(root, LocalOutputRoot):
+        return _delete_local(root, key, expected)
+    raise TypeError(f"unsupported output root {root!r}")  # pragma: no cover - only the two roots exist

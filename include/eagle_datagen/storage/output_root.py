@@ -4,7 +4,9 @@ Local writes go to a temporary name and are renamed into place, so a reader neve
 S3 writes carry a SHA256 checksum that the server verifies; S3 reads, writes and listings retry transient
 errors (a store restarting, throttling, connection resets) for up to two minutes, so a run outlives them.
 Keys are checked before use: a key built from a tampered plan or manifest (`../`, an absolute path) must
-not reach outside the root.
+not reach outside the root. `list_modified` gives each key's modification time as the store recorded it
+(S3 `LastModified`, a local file's mtime): times that different workers compare without trusting each
+other's clocks.
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ class OutputRoot(Protocol):
     def read_bytes(self, key: str) -> bytes: ...
 
     def list(self, prefix: str = "") -> list[str]: ...
+
+    def list_modified(self, prefix: str = "") -> dict[str, float]:
+        """key -> modification time (seconds since the epoch, by the store's clock) of every key under prefix."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove `key` if it is there. Only for a run's own bookkeeping (a withdrawn claim): committed
+        objects are never deleted, and a shared object is removed with `objects.delete_if_unchanged`."""
+        ...
 
     def location(self, key: str) -> str: ...
 
@@ -95,11 +106,29 @@ class LocalOutputRoot:
     def read_bytes(self, key: str) -> bytes:
         return self._path(key).read_bytes()
 
+    def _files(self, prefix: str) -> Iterator[tuple[str, Path]]:
+        folder = self.path / check_prefix(prefix).rpartition("/")[0]  # walk only the folder the prefix is in
+        if not folder.is_dir():
+            return
+        for path in folder.rglob("*"):
+            key = path.relative_to(self.path).as_posix()
+            if key.startswith(prefix) and not path.name.startswith(".") and path.is_file():
+                yield key, path
+
     def list(self, prefix: str = "") -> list[str]:
-        if not self.path.exists():
-            return []
-        keys = (p.relative_to(self.path).as_posix() for p in self.path.rglob("*") if p.is_file())
-        return sorted(k for k in keys if k.startswith(prefix) and not Path(k).name.startswith("."))
+        return sorted(key for key, _ in self._files(prefix))
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def list_modified(self, prefix: str = "") -> dict[str, float]:
+        found = {}
+        for key, path in self._files(prefix):
+            try:
+                found[key] = path.stat().st_mtime
+            except FileNotFoundError:  # deleted since the listing (a released lock)
+                continue
+        return dict(sorted(found.items()))
 
 
 @dataclass
@@ -144,6 +173,29 @@ class S3OutputRoot:
         where = f"s3://{self._base.bucket}/{full_prefix}"
         keys = retry_transient(f"list {where}", lambda: sorted(list_keys(self._base.bucket, full_prefix)))
         return [k[start:] for k in keys]
+
+    def delete(self, key: str) -> None:
+        bucket, full_key = self.bucket_key(key)
+        try:  # S3 answers a delete of a missing key with success
+            retry_transient(
+                f"delete {self.location(key)}", lambda: s3_client().delete_object(Bucket=bucket, Key=full_key)
+            )
+        except DataGenError:
+            raise
+        except Exception as exc:
+            raise DataGenError(f"cannot delete {self.location(key)}: {describe_error(exc)}") from None
+
+    def list_modified(self, prefix: str = "") -> dict[str, float]:
+        start = len(self._base.key)
+        full_prefix = self._base.key + check_prefix(prefix)
+
+        def listing() -> dict[str, float]:
+            pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket=self._base.bucket, Prefix=full_prefix)
+            items = (item for page in pages for item in page.get("Contents", []))
+            return {item["Key"][start:]: item["LastModified"].timestamp() for item in items}
+
+        where = f"s3://{self._base.bucket}/{full_prefix}"
+        return dict(sorted(retry_transient(f"list {where}", listing).items()))
 
 
 def open_output_root(uri: str) -> OutputRoot:

@@ -1,0 +1,120 @@
+"""Claims: the samples a run has planned and not published yet, which concurrent incremental runs leave alone.
+
+`claims/run=<id>.parquet` lists a run's planned sample ids (one string column; the run's model, weight
+version and categories in the schema metadata), so reading a claim never touches prompt token ids. Every
+run writes its claim when it plans, before its plan's shards (an incremental run while it holds the plan
+lock). An incremental run treats as existing the samples of published manifests (the catalog) and of
+every claim whose run is in flight: it has no manifest yet, and some object of it was modified within the
+TTL (the claim, its plan, a checkpoint chunk, a data or quarantine shard, a manifest artifact written by
+finalize). A run whose newest object is older than that has stopped (its tasks died, or it failed for
+good): its samples are free again, and the next run generates them.
+
+Every time compared is the store's: objects' modification times against the plan lock's, all recorded by
+the store when it wrote them, so the clocks of the workers do not enter (the time_ns in checkpoint chunk
+names is a worker's clock, and is not used here).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Container, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from eagle_datagen.storage.output_root import OutputRoot
+
+log = logging.getLogger(__name__)
+CLAIM_METADATA = b"eagle_datagen.claim"
+# A live run writes every few seconds while samples finish (checkpoint chunks, default every 2 s). Its
+# longest quiet spells: shards waiting for a slot of the `sglang` pool, the first samples of a shard (32k
+# output tokens at 30 tokens/s is about 18 minutes) and task retries backing off (up to 15 minutes). An hour
+# outlasts these, and a run that died frees its samples for the next run the same day.
+DEFAULT_CLAIM_TTL_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    run_id: str
+    model: str
+    weight_version: str | None
+    categories: list[str]
+    sample_ids: list[str]
+
+
+def claim_key(run_id: str) -> str:
+    return f"claims/run={run_id}.parquet"
+
+
+def write_claim(root: OutputRoot, claim: Claim) -> None:
+    """Rewritten, not written once: a plan step retried before its plan was stored claims afresh."""
+    meta = {"run_id": claim.run_id, "model": claim.model, "weight_version": claim.weight_version}
+    schema = pa.schema(
+        [("sample_id", pa.string())], metadata={CLAIM_METADATA: json.dumps(meta | {"categories": claim.categories})}
+    )
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"sample_id": claim.sample_ids}, schema=schema), buffer, compression="zstd")
+    root.write_bytes(claim_key(claim.run_id), buffer.getvalue())
+
+
+def withdraw_claim(root: OutputRoot, run_id: str) -> None:
+    """For a run that will not generate its plan: its samples are free at once, not after the TTL."""
+    root.delete(claim_key(run_id))
+
+
+def read_claim(root: OutputRoot, run_id: str) -> Claim:
+    table = pq.read_table(io.BytesIO(root.read_bytes(claim_key(run_id))))
+    meta = json.loads(table.schema.metadata[CLAIM_METADATA])
+    return Claim(meta["run_id"], meta["model"], meta["weight_version"], meta["categories"], table.column(0).to_pylist())
+
+
+def _activity_prefixes(run_id: str, categories: list[str]) -> Iterator[str]:
+    """Where a run writes after it plans, most active first (the listing stops at the first recent one)."""
+    yield f"checkpoints/run={run_id}/"
+    yield f"plans/run={run_id}/"
+    yield f"manifests/run={run_id}."
+    for category in categories:
+        yield f"data/category={category}/run={run_id}/"
+        yield f"quarantine/category={category}/run={run_id}/"
+
+
+def _active_since(root: OutputRoot, prefixes: Iterator[str], horizon: float) -> bool:
+    return any(t >= horizon for prefix in prefixes for t in root.list_modified(prefix).values())
+
+
+def claimed_sample_ids(
+    root: OutputRoot,
+    now: float,
+    ttl_s: float,
+    model: str,
+    weight_version: str | None,
+    published: Container[str],
+    own_run_id: str,
+) -> set[str]:
+    """The sample ids that runs in flight at `now` (the store's time) have claimed: claims of `model` (and
+    `weight_version`, when given) whose run is not in `published` and was active within `ttl_s`."""
+    horizon = now - ttl_s
+    found: set[str] = set()
+    runs = 0
+    for key, claimed_at in root.list_modified("claims/").items():
+        run_id = key.removeprefix("claims/run=").removesuffix(".parquet")
+        if not key.endswith(".parquet") or run_id == own_run_id or run_id in published:
+            continue
+        claim = read_claim(root, run_id)
+        if claim.model != model or (weight_version is not None and claim.weight_version != weight_version):
+            continue
+        if claimed_at < horizon and not _active_since(root, _activity_prefixes(run_id, claim.categories), horizon):
+            log.info(
+                "run %s: no activity for more than %.0f s: its %d claimed samples are free",
+                run_id,
+                ttl_s,
+                len(claim.sample_ids),
+            )
+            continue
+        runs += 1
+        found.update(claim.sample_ids)
+    log.info("claims: %d samples planned by %d run(s) in flight", len(found), runs)
+    return found

@@ -1,0 +1,100 @@
+"""Which samples a new plan takes: all of them, or for an incremental run only those no other run has.
+
+An incremental run skips the samples of published runs (the catalog) and those claimed by runs still in
+flight (claims.py), and claims the rest, while holding the plan lock (plan_lock.py), so that runs planning
+at the same time under one output root (a backfill's runs, two command lines) split the new samples
+instead of each generating them all. The slow reads happen before the lock: the catalog is read first and
+only brought up to date (new manifests) under it. Every run, incremental or not, writes its claim, so
+incremental runs that plan while it is in flight leave its samples alone; a dry run claims nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from eagle_datagen.errors import DataGenError
+from eagle_datagen.generation.claims import Claim, claimed_sample_ids, write_claim
+from eagle_datagen.generation.plan import CategorySettings, PlannedPrompt
+from eagle_datagen.generation.plan_lock import PlanLock, PlanLockPolicy
+from eagle_datagen.inference.samples import make_sample_id
+from eagle_datagen.storage.catalog import Catalog
+from eagle_datagen.storage.output_root import OutputRoot
+
+log = logging.getLogger(__name__)
+
+
+class NothingToDo(DataGenError):
+    """An incremental run found every sample already generated: a success with nothing to publish."""
+
+
+def planned_sample_ids(
+    planned: list[PlannedPrompt], settings: dict[str, CategorySettings], model: str
+) -> list[list[str]]:
+    """The sample ids of each planned prompt, in the order of its sample indices."""
+    return [
+        [make_sample_id(p.record.prompt_id, k, model, settings[p.record.category].sampling) for k in indices]
+        for p, indices in planned
+    ]
+
+
+def keep_new(
+    planned: list[PlannedPrompt], ids: list[list[str]], existing: set[str]
+) -> tuple[list[PlannedPrompt], list[str]]:
+    """The prompts with the samples `existing` lacks (prompts left with none are dropped), and their ids."""
+    kept, kept_ids = [], []
+    for (prompt, indices), sample_ids in zip(planned, ids, strict=True):
+        new = [(k, sid) for k, sid in zip(indices, sample_ids, strict=True) if sid not in existing]
+        if new:
+            kept.append((prompt, [k for k, _ in new]))
+            kept_ids.extend(sid for _, sid in new)
+    return kept, kept_ids
+
+
+def claim_samples(
+    root: OutputRoot,
+    run_id: str,
+    planned: list[PlannedPrompt],
+    settings: dict[str, CategorySettings],
+    model: str,
+    weight_version: str | None,
+    *,
+    incremental: bool,
+    per_weight_version: bool,
+    claim_ttl_s: float,
+    lock_policy: PlanLockPolicy,
+    claim: bool = True,
+) -> list[PlannedPrompt]:
+    """The samples this run plans, claimed under its run id (unless `claim` is False: a dry run, whose plan
+    is never generated). Raises NothingToDo when none is new."""
+    ids = planned_sample_ids(planned, settings, model)
+
+    def write(sample_ids: list[str]) -> None:
+        if claim:
+            write_claim(root, Claim(run_id, model, weight_version, sorted(settings), sample_ids))
+
+    if not incremental:
+        write([sid for row in ids for sid in row])
+        return planned
+    wanted = weight_version if per_weight_version else None
+    catalog = Catalog(model, wanted).refresh(root)
+    with PlanLock(root, run_id, lock_policy) as lock:
+        catalog.refresh(root)  # runs published while this one waited
+        in_flight = claimed_sample_ids(root, lock.acquired_at, claim_ttl_s, model, wanted, catalog.runs, run_id)
+        kept, kept_ids = keep_new(planned, ids, catalog.sample_ids | in_flight)
+        every = {sid for row in ids for sid in row}
+        published = every & catalog.sample_ids
+        log.info(
+            "incremental: of %d samples, %d are published, %d planned by runs in flight, %d new",
+            len(every),
+            len(published),
+            len((every & in_flight) - published),
+            len(kept_ids),
+        )
+        if not kept:
+            raise NothingToDo(
+                f"run {run_id}: every sample is already published, or planned by a run in flight, under this "
+                "output root"
+            )
+        lock.verify()
+        write(kept_ids)
+    return kept

@@ -1,0 +1,185 @@
+"""Incremental runs that plan at the same time under one output root split the new samples between them:
+the plan lock serializes planning, and the claims of runs in flight count as existing until their activity
+is older than the TTL. Locally and on a real S3 server; planning only (no SGLang needed) except where a run
+is published first."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from eagle_datagen.generation.claims import claim_key, claimed_sample_ids, read_claim
+from eagle_datagen.generation.incremental import NothingToDo
+from eagle_datagen.generation.plan import RunPlan, shard_requests
+from eagle_datagen.generation.stage import RunOptions, prepare_plan, run_generation
+from eagle_datagen.storage.output_root import LocalOutputRoot, OutputRoot, open_output_root
+from eagle_datagen.tokenization.stage import setup_tokenize
+from generation_runs import run_options
+
+HOUR = 3600.0
+
+
+@pytest.fixture
+def output(output_uri) -> str:
+    return output_uri
+
+
+def options(tmp_path: Path, output: str, run_id: str, prompts: int = 12, **changes) -> RunOptions:
+    changes = {"incremental": True, "shard_size": 4, **changes}
+    return run_options(tmp_path, ["http://127.0.0.1:9"], run_id=run_id, prompts=prompts, output=output, **changes)
+
+
+def plan_run(opts: RunOptions, weight_version: str = "w1", start: threading.Barrier | None = None) -> set[str]:
+    """Plan as a run's plan step does; the sample ids it planned (none when nothing was new)."""
+    setup = setup_tokenize(opts.prompts)  # tokenizer and sources: before the barrier, so planners meet at the lock
+    root = open_output_root(opts.prompts.output)
+    if start is not None:
+        start.wait(timeout=60)
+    try:
+        plan = prepare_plan(
+            setup, root, opts.run_id, opts, {"servers": [{"weight_version": weight_version}]}, weight_version
+        )
+    except NothingToDo:
+        return set()
+    return plan_sample_ids(root, plan)
+
+
+def plan_sample_ids(root: OutputRoot, plan: RunPlan) -> set[str]:
+    ids = [r.sample_id for info in plan.shards for r in shard_requests(root, plan, info.index)]
+    assert len(ids) == len(set(ids))
+    return set(ids)
+
+
+def every_sample(tmp_path: Path, prompts: int = 12) -> set[str]:
+    """What a run planned alone, on a root of its own, would generate."""
+    return plan_run(options(tmp_path, str(tmp_path / "alone"), "alone", prompts, incremental=False))
+
+
+def plan_concurrently(tmp_path: Path, output: str, runs: int = 3) -> dict[str, set[str]]:
+    start = threading.Barrier(runs)
+    planned: dict[str, set[str]] = {}
+    errors: list[BaseException] = []
+
+    def planner(opts: RunOptions) -> None:
+        try:
+            planned[opts.run_id] = plan_run(opts, start=start)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+
+    # the options (and the prompt file they write) first, one after the other
+    runs_options = [options(tmp_path, output, f"run{i}") for i in range(runs)]
+    threads = [threading.Thread(target=planner, args=(opts,)) for opts in runs_options]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    return planned
+
+
+def assert_split(planned: dict[str, set[str]], expected: set[str]) -> None:
+    """Each expected sample in exactly one plan, and nothing else."""
+    assert sum(len(ids) for ids in planned.values()) == len(expected), {r: len(i) for r, i in planned.items()}
+    assert set().union(*planned.values()) == expected
+
+
+def test_runs_planning_at_once_plan_each_new_sample_exactly_once(tmp_path, output):
+    expected = every_sample(tmp_path)
+    assert len(expected) == 12
+    planned = plan_concurrently(tmp_path, output)
+    assert_split(planned, expected)
+    root = open_output_root(output)
+    assert root.list("locks/") == []  # every planner released the lock
+    for run_id, ids in planned.items():  # each claim is what its plan holds; a run with nothing new claims nothing
+        if ids:
+            assert set(read_claim(root, run_id).sample_ids) == ids
+        else:
+            assert claim_key(run_id) not in root.list("claims/")
+
+
+def test_prompts_added_later_are_all_a_later_runs_own(tmp_path, output):
+    first = plan_run(options(tmp_path, output, "first", prompts=8))
+    grown = plan_run(options(tmp_path, output, "grown", prompts=12))
+    assert len(first) == 8 and len(grown) == 4 and not first & grown
+    assert first | grown == every_sample(tmp_path)
+
+
+def age(root: LocalOutputRoot, run_id: str, seconds: float) -> None:
+    """Make every object of a run look `seconds` old: a run whose tasks died that long ago."""
+    stamp = time.time() - seconds
+    for key in root.list():
+        if f"run={run_id}" in key:
+            os.utime(root.location(key), (stamp, stamp))
+
+
+def test_a_run_silent_for_longer_than_the_ttl_no_longer_holds_its_samples(tmp_path):
+    output = str(tmp_path / "out")
+    root = LocalOutputRoot(output)
+    dead = plan_run(options(tmp_path, output, "dead"))
+    age(root, "dead", 2 * HOUR)
+    assert plan_run(options(tmp_path, output, "later", claim_ttl_s=HOUR)) == dead  # generated again
+
+
+def test_a_run_that_keeps_checkpointing_holds_its_samples_however_old_its_plan(tmp_path):
+    output = str(tmp_path / "out")
+    root = LocalOutputRoot(output)
+    plan_run(options(tmp_path, output, "busy"))
+    age(root, "busy", 2 * HOUR)
+    root.write_bytes("checkpoints/run=busy/shard=00002/chunk-1-x.jsonl", b"{}\n")  # a sample just finished
+    assert plan_run(options(tmp_path, output, "later", claim_ttl_s=HOUR)) == set()
+    age(root, "busy", 2 * HOUR)  # ... and once it has been silent for two hours, it holds nothing
+    assert len(plan_run(options(tmp_path, output, "later2", claim_ttl_s=HOUR))) == 12
+
+
+def test_the_ttl_is_judged_by_the_stores_clock(tmp_path):
+    """`now` is the lock's modification time: the same claims are in flight or free depending on it alone."""
+    output = str(tmp_path / "out")
+    root = LocalOutputRoot(output)
+    ids = plan_run(options(tmp_path, output, "a"))
+    now = root.list_modified(claim_key("a"))[claim_key("a")]
+    in_flight = claimed_sample_ids(root, now + 60, HOUR, "moonshotai/Kimi-K2.5", None, set(), "b")
+    assert in_flight == ids
+    assert claimed_sample_ids(root, now + 2 * HOUR, HOUR, "moonshotai/Kimi-K2.5", None, set(), "b") == set()
+    assert claimed_sample_ids(root, now, HOUR, "moonshotai/Kimi-K2.5", None, {"a"}, "b") == set()  # published
+    assert claimed_sample_ids(root, now, HOUR, "moonshotai/Kimi-K2.5", None, set(), "a") == set()  # its own
+    assert claimed_sample_ids(root, now, HOUR, "another/model", None, set(), "b") == set()
+
+
+def test_claims_of_other_weights_do_not_count_for_a_per_weight_version_run(tmp_path):
+    output = str(tmp_path / "out")
+    plan_run(options(tmp_path, output, "old-weights", per_weight_version=True), weight_version="w1")
+    fresh = plan_run(options(tmp_path, output, "new-weights", per_weight_version=True), weight_version="w2")
+    assert len(fresh) == 12
+    assert plan_run(options(tmp_path, output, "any-weights"), weight_version="w3") == set()
+
+
+def test_a_forced_run_in_flight_holds_its_samples_for_incremental_runs(tmp_path):
+    output = str(tmp_path / "out")
+    assert len(plan_run(options(tmp_path, output, "forced", incremental=False))) == 12
+    assert plan_run(options(tmp_path, output, "nightly")) == set()
+
+
+@pytest.mark.slow
+def test_runs_planning_at_once_skip_what_is_published_and_split_the_rest(tmp_path, output):
+    from eagle_datagen.standin.sglang.config import SimConfig
+    from eagle_datagen.standin.sglang.runner import SimServerThread
+
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        published = run_generation(
+            run_options(tmp_path, [sim.url], run_id="published", prompts=5, output=output, incremental=True)
+        )
+    assert published.published["data"] + published.published["quarantine"] == 5
+    expected = every_sample(tmp_path)
+    planned = plan_concurrently(tmp_path, output)
+    assert_split(planned, expected - every_sample(tmp_path / "five", prompts=5))
+
+
+def test_a_dry_run_claims_nothing(tmp_path):
+    output = str(tmp_path / "out")
+    assert len(plan_run(options(tmp_path, output, "dry", claim=False))) == 12
+    assert LocalOutputRoot(output).list("claims/") == []
+    assert len(plan_run(options(tmp_path, output, "real"))) == 12

@@ -228,8 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Source and tokenize prompts, check the SGLang servers (health, model, version, a canary "
         "generation), split the prompts into shards and generate every sample with SGLang's native /generate "
         "endpoint, token ids in and out. Finished samples are checkpointed under ROOT as they arrive; rerunning "
-        "with the same --run-id continues where an interrupted run stopped. Until validation lands, finished "
-        "shards are written unvalidated to ROOT/generated/run=<id>/category=<c>/part-<shard>.parquet.",
+        "with the same --run-id continues where an interrupted run stopped. When every sample is done, each is "
+        "validated at the token level into ROOT/data/ or ROOT/quarantine/ (category=<c>/run=<id>/part-NNNNN.parquet), "
+        "then statistics, draft vocabulary, report and ROOT/manifests/run=<id>.json, written last.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -114,7 +114,15 @@ async def _get_json(session: aiohttp.ClientSession, url: str, path: str) -> Any:
                 raise ConfigError(
                     f"SGLang at {url} answered {response.status} to GET {path}: is this an SGLang server?"
                 )
-            return await response.json(content_type=None)
+            raw = await response.read()
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):  # a proxy's HTML page, say: not worth retrying
+            text = raw[:120].decode(errors="replace").strip()
+            raise ConfigError(f"SGLang at {url} answered GET {path} with {text!r}, not a JSON object: is this SGLang?")
+        return answer
 
     return await _retried(url, f"GET {path}", get)
 

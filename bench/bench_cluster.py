@@ -48,8 +48,6 @@ def seconds_between(start: str | None, end: str | None) -> float | None:
 
 def overhead_case(executor: str, shards: int, repeats: int, pool_slots: int, concurrency: int, workdir: Path) -> dict:
     from eagle_datagen.standin.sglang.config import SimConfig
-    from eagle_datagen_stack.api import FINISHED
-    from eagle_datagen_stack.processes import wait_until
     from eagle_datagen_stack.services import postgres_database, redis_database
     from eagle_datagen_stack.stack import LocalStack, StackOptions
 
@@ -78,14 +76,7 @@ def overhead_case(executor: str, shards: int, repeats: int, pool_slots: int, con
             conf = {"limit": shards, "samples_per_prompt": 1, "shard_size": 1, "force_regenerate": True}
             started = time.monotonic()
             run_id = api.trigger("eagle_datagen__math", conf, run_id=f"bench-{executor}-{repeat}")
-            alive = list(local.components.values())
-            state = wait_until(
-                lambda r=run_id: (s := api.dag_run("eagle_datagen__math", r)["state"]) in FINISHED and s,
-                1800,
-                "the benchmark run",
-                alive,
-                every_s=1,
-            )
+            state = api.wait_for_run("eagle_datagen__math", run_id, 1800, list(local.components.values()))
             walls.append(time.monotonic() - started)
             if state != "success":
                 sys.exit(f"{executor} run {run_id} ended {state}; logs under {local.logs}")

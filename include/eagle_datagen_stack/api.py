@@ -6,9 +6,12 @@ and reading runs and task instances.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import requests
+
+from eagle_datagen_stack.processes import Component, wait_until
 
 FINISHED = ("success", "failed")
 
@@ -76,6 +79,16 @@ class AirflowApi:
 
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self.get(f"dags/{dag_id}/dagRuns/{run_id}")
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float, alive: Sequence[Component] = ()) -> str:
+        """The run's final state ("success" or "failed"), polled every second; fails at once when one of
+        `alive` dies, and with a TimeoutError after `timeout_s`."""
+
+        def finished() -> str | None:
+            state = self.dag_run(dag_id, run_id)["state"]
+            return state if state in FINISHED else None
+
+        return wait_until(finished, timeout_s, f"{dag_id} run {run_id} finished", alive, every_s=1)  # type: ignore[return-value]
 
     def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
         return self.get(f"dags/{dag_id}/dagRuns", limit=1000, order_by="run_after")["dag_runs"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -105,11 +104,7 @@ def test_trigger_form_run_and_report_in_the_real_airflow_ui(stack, page):
         "top_p": 0.9,
     }
 
-    deadline = time.monotonic() + 300
-    while stack.api.dag_run(DAG, run["dag_run_id"])["state"] not in ("success", "failed"):
-        stack.check_alive()
-        assert time.monotonic() < deadline, "the triggered run did not finish in 300 s"
-        time.sleep(2)
+    assert stack.api.wait_for_run(DAG, run["dag_run_id"], 300, list(stack.components.values())) == "success"
     page.reload()
     expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=30_000)
     shot(page, "04-run-succeeded")

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle_datagen.standin.sglang.config import SimConfig
-from eagle_datagen_stack.api import FINISHED, AirflowApi
+from eagle_datagen_stack.api import AirflowApi
 from eagle_datagen_stack.processes import wait_until
 from eagle_datagen_stack.services import postgres_database, redis_database
 from eagle_datagen_stack.stack import LocalStack, StackOptions, celery_component
@@ -80,12 +80,8 @@ def object_store(stack, monkeypatch):
 
 
 def wait_for_run(stack: LocalStack, dag_id: str, run_id: str) -> str:
-    def finished() -> str | None:
-        state = stack.api.dag_run(dag_id, run_id)["state"]
-        return state if state in FINISHED else None
-
-    alive = [c for c in stack.components.values() if c.process and c.process.poll() is None]
-    return wait_until(finished, RUN_TIMEOUT_S, f"{dag_id} run {run_id} finished", alive, every_s=1)
+    alive = [c for c in stack.components.values() if c.process and c.process.poll() is None]  # not the killed one
+    return stack.api.wait_for_run(dag_id, run_id, RUN_TIMEOUT_S, alive)
 
 
 def shard_instances(api: AirflowApi, dag_id: str, run_id: str) -> list[dict]:

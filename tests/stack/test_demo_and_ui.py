@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -100,11 +99,7 @@ def test_make_airflow_serves_the_ui_until_stopped_and_keeps_its_runs(tmp_path):
         api = AirflowApi(url, "admin", password)
         assert {f"eagle_datagen__{c}" for c in CATEGORIES} <= api.dag_ids()
         run_id = api.trigger("eagle_datagen__chat", {"limit": 2})
-        deadline = time.monotonic() + 300
-        while api.dag_run("eagle_datagen__chat", run_id)["state"] not in ("success", "failed"):
-            assert time.monotonic() < deadline, "the run did not finish"
-            time.sleep(2)
-        assert api.dag_run("eagle_datagen__chat", run_id)["state"] == "success"
+        assert api.wait_for_run("eagle_datagen__chat", run_id, 300) == "success"
     finally:
         stop(proc)
 

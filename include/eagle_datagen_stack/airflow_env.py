@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_datagen_stack.hostname import HOSTNAME_CALLABLE
+from eagle_datagen_stack.processes import Component
 
 PROJECT = Path(__file__).resolve().parents[2]
 DAGS = PROJECT / "dags"
@@ -95,6 +96,23 @@ class AirflowDeployment:
             env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
         env.update(self.settings)
         return env
+
+    def component_args(self, name: str) -> list[str]:
+        """The command line of an Airflow component of this deployment, everything bound to 127.0.0.1."""
+        if name == "api-server":
+            return [AIRFLOW, "api-server", "-H", "127.0.0.1", "-p", str(self.api_port), "-w", "1"]
+        if name in ("scheduler", "triggerer"):
+            return [AIRFLOW, name, "--skip-serve-logs"]  # their log servers would bind every interface
+        if name == "dag-processor":
+            return [AIRFLOW, name]
+        raise ValueError(f"unknown component {name!r}")
+
+    def component(
+        self, name: str, log_dir: Path, args: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> Component:
+        """An Airflow component (or any command given as `args`) with this deployment's environment (plus
+        `env`), not started yet."""
+        return Component(name, args or self.component_args(name), self.environment() | (env or {}), log_dir)
 
     def cli(self, *args: str, timeout_s: float = 300) -> str:
         """Run `airflow ARGS` against this deployment; its stdout, or an error with what it printed."""

@@ -178,23 +178,12 @@ class LocalStack:
             paused_at_creation=opts.paused_at_creation,
         )
 
-    def component_args(self, name: str) -> list[str]:
-        assert self.airflow is not None
-        if name == "api-server":
-            return [AIRFLOW, "api-server", "-H", "127.0.0.1", "-p", str(self.airflow.api_port), "-w", "1"]
-        if name in ("scheduler", "triggerer"):
-            return [AIRFLOW, name, "--skip-serve-logs"]  # their log servers would bind every interface
-        if name == "dag-processor":
-            return [AIRFLOW, name]
-        raise ValueError(f"unknown component {name!r}")
-
     def start_component(self, name: str, args: list[str] | None = None, env: dict[str, str] | None = None) -> Component:
         """Start an Airflow component (or any command given as `args`) with the deployment's environment
         (plus `env`)."""
         assert self.airflow is not None
-        environment = self.airflow.environment() | (env or {})
-        component = Component(name, args or self.component_args(name), environment, self.logs)
-        self.components[name] = component.start()
+        component = self.airflow.component(name, self.logs, args, env).start()
+        self.components[name] = component
         self._exit.callback(component.stop)
         log.info("started %s (pid %s)", name, component.pid)
         return component

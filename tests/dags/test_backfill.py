@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle_datagen_stack.airflow_env import AIRFLOW, AirflowDeployment
-from eagle_datagen_stack.processes import Component, free_port, tail
+from eagle_datagen_stack.airflow_env import AirflowDeployment
+from eagle_datagen_stack.processes import Component, free_port, tail, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -64,14 +64,10 @@ def dag_runs(db: Path) -> list[tuple]:
 
 def wait_for(components: list[Component], logs: Path, what: str, condition) -> None:
     """Poll `condition()` (the DB) until it holds, while every component keeps running."""
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        for component in components:
-            component.check_alive()  # fails with the end of its log
-        if condition():
-            return
-        time.sleep(1)
-    pytest.fail(f"{what}: not after {DEADLINE_S} s\n{tail(logs / 'scheduler.log')}")
+    try:
+        wait_until(condition, DEADLINE_S, what, components, every_s=1)  # a dead component fails with its log
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}\n{tail(logs / 'scheduler.log')}")
 
 
 def runs_done(db: Path) -> bool:
@@ -153,17 +149,11 @@ def test_a_backfill_whose_runs_plan_at_once_generates_each_sample_once_and_leave
     ] * 3, queued  # queued only: nothing runs them yet
     setup_s = time.monotonic() - started
 
-    env = af.environment()
-    commands = {
-        "api-server": ["api-server", "-H", "127.0.0.1", "-p", str(af.api_port), "-w", "1"],
-        "dag-processor": ["dag-processor"],
-        "scheduler": ["scheduler", "--skip-serve-logs"],  # its log server would bind every interface
-    }
     with ExitStack() as stack:
         components = []
-        for name, args in commands.items():  # each in its own process group, stopped with its children
-            component = Component(name, [AIRFLOW, *args], env, logs).start()
-            stack.callback(component.stop)
+        for name in ("api-server", "dag-processor", "scheduler"):  # each in its own process group
+            component = af.component(name, logs).start()
+            stack.callback(component.stop)  # stopped with its children, whatever happens
             components.append(component)
         wait_for(components, logs, "every run planned", lambda: plans_done(db))
         af.cli("pools", "set", "sglang", "2", "shards generating at once")

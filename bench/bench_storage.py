@@ -96,11 +96,11 @@ def report_sizes(title: str, chunks: list[Rows], shards: list[bytes]) -> dict[st
     limit_out, limit_all = entropy_bytes(outputs), entropy_bytes(np.concatenate([prompts, outputs]))
     ours_out = sum(column_bytes(d, OUTPUT_LEAF) for d in shards) / n_out
     ours_all = sum(map(len, shards)) / n_all
-    files = [jsonl(c) for c in chunks]
-    jsonl_out = sum(len(jsonl_outputs(c)) for c in chunks) / n_out
+    files, output_files = [jsonl(c) for c in chunks], [jsonl_outputs(c) for c in chunks]
+    jsonl_out = sum(map(len, output_files)) / n_out
     jsonl_all = sum(map(len, files)) / n_all
     zstd = pa.Codec("zstd", 3)
-    zst_out = sum(len(zstd.compress(jsonl_outputs(c))) for c in chunks) / n_out
+    zst_out = sum(len(zstd.compress(f)) for f in output_files) / n_out
     zst_all = sum(len(zstd.compress(f)) for f in files) / n_all
     print(
         f"\n### {title}: {len(rows):,} samples in {len(chunks)} shards, {n_out:,} output tokens "

@@ -45,9 +45,10 @@ SAMPLING = {"max_new_tokens": 2048, "temperature": 1.0, "top_p": 0.95}
 PROMPT_PREFIX = [163587, 2002, 163601]
 PROMPT_SUFFIX = [163586, 163588, 69702, 163601, 163606]
 PROMPT_TOKENS = (100, 2000)
-OUTPUT_TOKENS = (200, 600)
-THINK_END = 163607
-EOS = 163586
+STANDIN = SimConfig()  # outputs of its shape (lengths, </think> position) and its special ids
+OUTPUT_TOKENS = (STANDIN.output_tokens_min, STANDIN.output_tokens_max)
+THINK_END = STANDIN.think_end_id
+EOS = STANDIN.eos_id
 
 
 def make_row(seed: int, index: int, category: str, prompt: list[int], output: list[int]) -> dict[str, Any]:
@@ -89,7 +90,7 @@ def natural_rows(streams: dict[str, np.ndarray], per_category: int, seed: int) -
         for k in range(count):
             body = int(rng.integers(PROMPT_TOKENS[0], PROMPT_TOKENS[1] + 1)) - frame
             total = int(rng.integers(OUTPUT_TOKENS[0], OUTPUT_TOKENS[1] + 1))
-            fraction = 0.7 + rng.uniform(-REASONING_JITTER, REASONING_JITTER)
+            fraction = STANDIN.reasoning_fraction + rng.uniform(-REASONING_JITTER, REASONING_JITTER)
             text = stream[k * stride : k * stride + body + total - 2].tolist()
             prompt, answer = text[:body], text[body:]
             cut = round(len(answer) * fraction)
@@ -104,10 +105,9 @@ def natural_rows(streams: dict[str, np.ndarray], per_category: int, seed: int) -
 
 
 def standin_rows(per_category: int, seed: int, permuted: bool = False) -> list[dict[str, Any]]:
-    config = SimConfig()
-    model = OutputModel(config)
+    model = OutputModel(STANDIN)
     if permuted:
-        model.rank_to_id = np.random.default_rng(config.vocab_seed).permutation(config.ordinary_vocab)
+        model.rank_to_id = np.random.default_rng(STANDIN.vocab_seed).permutation(STANDIN.ordinary_vocab)
     rng = np.random.default_rng(seed)
     rows = []
     for category in CATEGORIES:

@@ -53,19 +53,17 @@ def token_encoding(encoding: str, **changes: Any) -> Options:
 
     def options(table: pa.Table) -> dict[str, Any]:
         base = write_options(table)
-        others = {c: e for c, e in (base.pop("column_encoding", None) or {}).items() if c not in LEAVES}
-        dictionary = [c for c in base["use_dictionary"] if c not in LEAVES]
-        if encoding == "RLE_DICTIONARY":
-            dictionary += LEAVES
-        else:
-            others |= dict.fromkeys(LEAVES, encoding)
-        return base | {"use_dictionary": dictionary, "column_encoding": others or None} | changes
+        others = {c: e for c, e in base["column_encoding"].items() if c not in LEAVES}
+        if encoding != "RLE_DICTIONARY":
+            return base | {"column_encoding": others | dict.fromkeys(LEAVES, encoding)} | changes
+        # pyarrow dictionary-encodes the columns use_dictionary names; column_encoding cannot ask for it
+        return base | {"use_dictionary": base["use_dictionary"] + LEAVES, "column_encoding": others} | changes
 
     return options
 
 
 def ours_with(**changes: Any) -> Options:
-    return token_encoding(TOKEN_ENCODING, **changes)
+    return lambda table: write_options(table) | changes
 
 
 def _size(n: int) -> str:

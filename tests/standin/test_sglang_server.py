@@ -540,6 +540,21 @@ def test_ordinary_tokens_follow_a_zipf_law():
     assert (counts > 0).sum() > 5000  # ...and a long tail
 
 
+def test_frequency_ranks_map_to_ids_as_in_a_bpe_vocabulary():
+    mapping = OutputModel(SimConfig()).rank_to_id
+    ids = np.arange(163584)
+    assert np.array_equal(np.sort(mapping), ids)  # every ordinary id, once
+    assert np.array_equal(mapping, OutputModel(SimConfig()).rank_to_id)  # fixed for a vocab_seed...
+    assert not np.array_equal(mapping, OutputModel(SimConfig(vocab_seed=1)).rank_to_id)  # ...and seeded by it
+    # frequent tokens mostly have small ids, but not in frequency order (Tekken on natural text: rank
+    # correlation 0.44, 63% of tokens below id 4,096; a random permutation: 0 and 4%)
+    assert 0.35 < np.corrcoef(ids, mapping)[0, 1] < 0.55
+    weights = np.arange(1, len(ids) + 1, dtype=np.float64) ** -SimConfig().zipf_exponent
+    assert weights[mapping < 4096].sum() / weights.sum() > 0.5
+    known = np.arange(0, 163584, 7)  # a real tokenizer's ordinary ids: only they are used
+    assert np.array_equal(np.sort(OutputModel(SimConfig(), known[::-1].tolist()).rank_to_id), known)
+
+
 def test_output_generation_is_well_under_a_millisecond():
     model = OutputModel(SimConfig(output_tokens_min=600, output_tokens_max=600))
     prompt = list(range(2000))

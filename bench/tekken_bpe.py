@@ -21,9 +21,9 @@ import importlib.util
 import json
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models
 
-from eagle_datagen.standin.kimi_tokenizer import gpt2_byte_to_char
+from eagle_datagen.standin.kimi_tokenizer import byte_level_pre_tokenizer, gpt2_byte_to_char
 
 TEKKEN_FILE = "tekken_240911.json"
 INSTALL_HINT = "install it with `.venv/bin/python -m pip install --no-deps mistral-common==1.13.1`"
@@ -82,11 +82,6 @@ def tekken_tokenizer(path: Path) -> Tokenizer:
                 merges.append((chars(parts[0]), chars(parts[1])))
     vocab = {chars(token): rank for token, rank in ranks.items()}
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=True, fuse_unk=False))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(data["config"]["pattern"]), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
+    tokenizer.pre_tokenizer = byte_level_pre_tokenizer(data["config"]["pattern"])
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer

@@ -97,10 +97,11 @@ def special_token_table() -> list[tuple[int, str, bool]]:
     return table
 
 
-def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+def byte_level_pre_tokenizer(pattern: str = KIMI_SPLIT_PATTERN) -> pre_tokenizers.PreTokenizer:
+    """A tiktoken-style pre-tokenizer: split by `pattern`, then map bytes to GPT-2's byte characters."""
     return pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(KIMI_SPLIT_PATTERN), behavior="isolated"),
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -113,7 +114,7 @@ def _read_resource(name: str) -> str:
 def _learn_merges(corpus: str) -> list[tuple[str, str]]:
     """Learn BPE merges (in rank order) from the corpus with the tokenizers trainer."""
     scratch = Tokenizer(models.BPE())
-    scratch.pre_tokenizer = _pre_tokenizer()
+    scratch.pre_tokenizer = byte_level_pre_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=LEARNED_VOCAB_TARGET,
         min_frequency=2,
@@ -166,7 +167,7 @@ def build_tokenizer_object(corpus: str) -> Tokenizer:
         vocab[text] = token_id
 
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    tokenizer.pre_tokenizer = _pre_tokenizer()
+    tokenizer.pre_tokenizer = byte_level_pre_tokenizer()
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_special_tokens(
         [AddedToken(text, special=True, normalized=False) for _, text, special in special_token_table() if special]

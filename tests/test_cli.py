@@ -178,6 +178,13 @@ def test_bad_flags_are_usage_errors(tmp_path, args, message):
     assert result.returncode == 2 and message in result.stderr
 
 
+def test_the_log_level_is_case_blind_on_the_command_line_and_in_the_environment(monkeypatch):
+    args = ["build-standin-tokenizer", "x"]
+    assert build_parser().parse_args(["--log-level", "debug", *args]).log_level == "DEBUG"
+    monkeypatch.setenv("EAGLE_DATAGEN_LOG_LEVEL", "warning")
+    assert build_parser().parse_args(args).log_level == "WARNING"
+
+
 def test_recipe_and_prompts_together_are_refused(tmp_path):
     result = cli(
         "tokenize",

@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-level",
-        default=os.environ.get("EAGLE_DATAGEN_LOG_LEVEL", "INFO").upper(),
+        default=os.environ.get("EAGLE_DATAGEN_LOG_LEVEL", "INFO"),  # a string default goes through type too
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="logging detail on stderr (default: INFO)",

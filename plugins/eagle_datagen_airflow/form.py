@@ -26,7 +26,7 @@ def _number(default: float | int | None, kind: str, **schema: Any) -> Param:
     return Param(default, type=kind if default is not None else ["null", kind], **schema)
 
 
-def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size: int = 32000) -> dict[str, Param]:
+def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size: int) -> dict[str, Param]:
     sampling = recipe.sampling_for(category)
     return {
         "limit": Param(
@@ -137,7 +137,7 @@ def storage_params(output: str) -> dict[str, Param]:
     }
 
 
-def release_params(output: str, draft_vocab_size: int = 32000) -> dict[str, Param]:
+def release_params(output: str, draft_vocab_size: int) -> dict[str, Param]:
     return {
         "draft_vocab_size": Param(
             draft_vocab_size,

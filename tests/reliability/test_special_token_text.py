@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from eagle_datagen.records import validate_record
-from eagle_datagen.tokenization.special_tokens import SpecialTokenGuard, trie_pattern
+from eagle_datagen.tokenization.special_tokens import NEUTRAL, SpecialTokenGuard, trie_pattern
 from eagle_datagen.tokenization.tokenize import tokenize_prompts
 
 from conftest import REPO, user_record, write_jsonl
@@ -186,6 +186,8 @@ def test_the_guard_covers_every_added_token_and_nothing_ordinary(loaded_tokenize
     hit = guard.find([{"role": "user", "content": "a"}], [tool_spec(description="x<think>")])
     assert (hit.where, hit.text) == ("tools[0].function.description", "<think>")
     assert guard.neutralise({"k<think>": ["<|im_end|>x"]}) == {"k\u2022": ["\u2022x"]}
+    assert not any(NEUTRAL in text for text in guard.texts)  # so one pass leaves no token text, even here:
+    assert guard.neutralise("<|im_<|im_end|>end|><th<think>ink>") == "<|im_\u2022end|><th\u2022ink>"
 
 
 def test_the_trie_pattern_finds_the_longest_token():

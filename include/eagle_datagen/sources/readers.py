@@ -53,12 +53,16 @@ def loads_strict(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_not_json_constant)
 
 
-def _json_reject(exc: ValueError, what: str, origin: str, excerpt: str, record_id: str | None = None) -> Reject:
+def _json_reject(
+    exc: ValueError | RecursionError, what: str, origin: str, excerpt: str, record_id: str | None = None
+) -> Reject:
+    """The reject for JSON text that `loads_strict` refused or that is nested beyond Python's recursion limit."""
+    fields: dict[str, Any] = {"stage": "read", "record_id": record_id, "excerpt": excerpt}
+    if isinstance(exc, RecursionError):
+        return Reject("too_deeply_nested", f"{what} is nested too deeply to parse", origin, **fields)
     if isinstance(exc, DuplicateKey):
-        return Reject("duplicate_key", f"{what}: {exc}", origin, stage="read", record_id=record_id, excerpt=excerpt)
-    return Reject(
-        "invalid_json", f"{what} is not valid JSON: {exc}", origin, stage="read", record_id=record_id, excerpt=excerpt
-    )
+        return Reject("duplicate_key", f"{what}: {exc}", origin, **fields)
+    return Reject("invalid_json", f"{what} is not valid JSON: {exc}", origin, **fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,15 +96,7 @@ def _jsonl_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
             continue
         try:
             yield RawRow(origin, loads_strict(text))
-        except RecursionError:
-            yield Reject(
-                "too_deeply_nested",
-                f"line {number} is nested too deeply to parse",
-                origin,
-                stage="read",
-                excerpt=excerpt_of(text),
-            )
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             yield _json_reject(exc, f"line {number}", origin, excerpt_of(text))
 
 
@@ -115,16 +111,7 @@ def _decode_tabular_row(origin: str, row: dict[str, Any]) -> RawRow | Reject:
             record_id = row.get("id") if isinstance(row.get("id"), str) else None
             try:
                 row[column] = loads_strict(value)
-            except RecursionError:
-                return Reject(
-                    "too_deeply_nested",
-                    f"column {column!r} is nested too deeply to parse",
-                    origin,
-                    stage="read",
-                    record_id=record_id,
-                    excerpt=excerpt_of(value),
-                )
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 return _json_reject(exc, f"column {column!r}", origin, excerpt_of(value), record_id)
     return RawRow(origin, _drop_nulls(row))
 

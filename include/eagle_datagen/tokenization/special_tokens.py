@@ -29,8 +29,9 @@ from typing import Any
 
 from eagle_datagen.profile import REQUIRED_TOKENS, ModelProfile
 
-NEUTRAL = "\u2022"  # what a token's text becomes in the skeleton: one ordinary character (a bullet)
-MAX_NEUTRALISE_PASSES = 8  # removing one token's text can join the pieces into another's
+# What a token's text becomes in the skeleton: one ordinary character (a bullet). No text of Kimi's tokens holds
+# it, so a replacement cannot complete another token's text with its neighbours: one pass leaves none.
+NEUTRAL = "\u2022"
 
 
 def _guarded_tokens(tokenizer: Any, profile: ModelProfile) -> dict[str, int]:
@@ -97,12 +98,7 @@ class SpecialTokenGuard:
     def neutralise(self, value: Any) -> Any:
         """A copy of `value` in which no string holds a guarded token's text."""
         if isinstance(value, str):
-            for _ in range(MAX_NEUTRALISE_PASSES):
-                replaced = self.pattern.sub(NEUTRAL, value)
-                if replaced == value:
-                    break
-                value = replaced
-            return value
+            return self.pattern.sub(NEUTRAL, value)
         if isinstance(value, dict):
             return {self.neutralise(k): self.neutralise(v) for k, v in value.items()}
         if isinstance(value, list):

@@ -46,11 +46,21 @@ GOOD_JSONL = b"".join(line(r) + b"\n" for r in GOOD)
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 
 
+def one_tool_parquet(field: str, kind: pa.DataType, value: Any) -> bytes:
+    """One good user message and one tool whose function has `field` as a `kind` column holding `value`."""
+    function = pa.struct([("name", pa.string()), (field, kind)])
+    tools = pa.array(
+        [[{"type": "function", "function": {"name": "f", field: value}}]],
+        pa.list_(pa.struct([("type", pa.string()), ("function", function)])),
+    )
+    messages = pa.array([[{"role": "user", "content": "fine"}]], pa.list_(MESSAGE))
+    return parquet_bytes(pa.table({"category": ["chat"], "messages": messages, "tools": tools}))
+
+
 def sources() -> list[tuple[str, bytes, dict[str, Any], str]]:
     """(file name, bytes, expectation, why)."""
     ok_gz = gzip_bytes(GOOD_JSONL)
     ok_zst = zstd_bytes(1, GOOD_JSONL)
-    msgs = [[{"role": "user", "content": "fine"}]]
     return [
         ("ok.jsonl", GOOD_JSONL, {"expect": "records", "outcomes": ["accept", "accept"]}, "two good records"),
         (
@@ -113,25 +123,7 @@ def sources() -> list[tuple[str, bytes, dict[str, Any], str]]:
         ),
         (
             "binary_description.parquet",
-            parquet_bytes(
-                pa.table(
-                    {
-                        "category": ["chat"],
-                        "messages": pa.array(msgs, pa.list_(MESSAGE)),
-                        "tools": pa.array(
-                            [[{"type": "function", "function": {"name": "f", "description": b"\x00\xff"}}]],
-                            pa.list_(
-                                pa.struct(
-                                    [
-                                        ("type", pa.string()),
-                                        ("function", pa.struct([("name", pa.string()), ("description", pa.binary())])),
-                                    ]
-                                )
-                            ),
-                        ),
-                    }
-                )
-            ),
+            one_tool_parquet("description", pa.binary(), b"\x00\xff"),
             {"expect": "records", "outcomes": ["bad_field_type"]},
             "a binary value inside a tool spec (not JSON)",
         ),
@@ -153,25 +145,7 @@ def sources() -> list[tuple[str, bytes, dict[str, Any], str]]:
         ),
         (
             "nan_in_schema.parquet",
-            parquet_bytes(
-                pa.table(
-                    {
-                        "category": ["chat"],
-                        "messages": pa.array(msgs, pa.list_(MESSAGE)),
-                        "tools": pa.array(
-                            [[{"type": "function", "function": {"name": "f", "maximum": float("nan")}}]],
-                            pa.list_(
-                                pa.struct(
-                                    [
-                                        ("type", pa.string()),
-                                        ("function", pa.struct([("name", pa.string()), ("maximum", pa.float64())])),
-                                    ]
-                                )
-                            ),
-                        ),
-                    }
-                )
-            ),
+            one_tool_parquet("maximum", pa.float64(), float("nan")),
             {"expect": "records", "outcomes": ["bad_field_type"]},
             "a NaN float inside a tool spec",
         ),

@@ -62,7 +62,7 @@ def decompression_limit(compressed_size: int) -> int:
 def _decompress(uri: str, data: bytes) -> bytes:
     if not uri.endswith(COMPRESSIONS):
         return data
-    import pyarrow as pa  # here, not at import time: only .zst sources need it
+    import pyarrow as pa  # not at import time: only compressed sources need it (zstd, and the except)
 
     limit = decompression_limit(len(data))
     try:

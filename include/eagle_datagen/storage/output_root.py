@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from botocore.exceptions import ClientError
+
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, list_keys, retry_transient, s3_client
 
@@ -30,7 +32,9 @@ class OutputRoot(Protocol):
 
     def write_bytes(self, key: str, data: bytes) -> str: ...
 
-    def read_bytes(self, key: str) -> bytes: ...
+    def read_bytes(self, key: str) -> bytes:
+        """The object's bytes; FileNotFoundError when there is none at `key`."""
+        ...
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         """`length` bytes of `key` from byte `start` (fewer at its end)."""
@@ -174,9 +178,15 @@ class S3OutputRoot:
 
     def read_bytes(self, key: str) -> bytes:
         bucket, full_key = self.bucket_key(key)
-        return retry_transient(
-            f"read {self.location(key)}", lambda: s3_client().get_object(Bucket=bucket, Key=full_key)["Body"].read()
-        )
+        try:
+            return retry_transient(
+                f"read {self.location(key)}",
+                lambda: s3_client().get_object(Bucket=bucket, Key=full_key)["Body"].read(),
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NoSuchKey":  # as a local root says it
+                raise FileNotFoundError(f"{self.location(key)} does not exist") from None
+            raise
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if length <= 0:

@@ -24,7 +24,7 @@ from typing import Protocol
 from botocore.exceptions import ClientError
 
 from eagle_datagen.errors import ConfigError, DataGenError
-from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, list_keys, retry_transient, s3_client
+from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, retry_transient, s3_client
 
 
 class OutputRoot(Protocol):
@@ -199,11 +199,7 @@ class S3OutputRoot:
         )
 
     def list(self, prefix: str = "") -> list[str]:
-        start = len(self._base.key)
-        full_prefix = self._base.key + check_prefix(prefix)  # location() would refuse a prefix ending in '/'
-        where = f"s3://{self._base.bucket}/{full_prefix}"
-        keys = retry_transient(f"list {where}", lambda: sorted(list_keys(self._base.bucket, full_prefix)))
-        return [k[start:] for k in keys]
+        return list(self.list_modified(prefix))  # the same one listing; the times cost nothing extra
 
     def delete(self, key: str) -> None:
         bucket, full_key = self.bucket_key(key)
@@ -218,7 +214,7 @@ class S3OutputRoot:
 
     def list_modified(self, prefix: str = "") -> dict[str, float]:
         start = len(self._base.key)
-        full_prefix = self._base.key + check_prefix(prefix)
+        full_prefix = self._base.key + check_prefix(prefix)  # location() would refuse a prefix ending in '/'
 
         def listing() -> dict[str, float]:
             pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket=self._base.bucket, Prefix=full_prefix)

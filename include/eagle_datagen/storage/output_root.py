@@ -24,7 +24,7 @@ from typing import Protocol
 from botocore.exceptions import ClientError
 
 from eagle_datagen.errors import ConfigError, DataGenError
-from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, retry_transient, s3_client
+from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, read_object, retry_transient, s3_client
 
 
 class OutputRoot(Protocol):
@@ -179,10 +179,7 @@ class S3OutputRoot:
     def read_bytes(self, key: str) -> bytes:
         bucket, full_key = self.bucket_key(key)
         try:
-            return retry_transient(
-                f"read {self.location(key)}",
-                lambda: s3_client().get_object(Bucket=bucket, Key=full_key)["Body"].read(),
-            )
+            return read_object(bucket, full_key)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "NoSuchKey":  # as a local root says it
                 raise FileNotFoundError(f"{self.location(key)} does not exist") from None

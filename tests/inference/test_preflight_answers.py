@@ -1,4 +1,5 @@
-"""Preflight against servers that answer, but not as SGLang does: one line that says so, never a traceback."""
+"""Preflight against servers that answer, but not as SGLang does: one line that says so, never a traceback;
+and against one that fails the canary transiently: retried, each attempt with its own rid."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.inference.preflight import preflight
+from eagle_datagen.inference import preflight as preflight_module
+from eagle_datagen.inference.preflight import CANARY_TRIES, PREFLIGHT_RETRY, preflight
+from eagle_datagen.inference.retry import RetryPolicy
 
 
 def serve(model_info_body: str, content_type: str):
@@ -40,3 +43,59 @@ def test_a_model_info_that_is_not_a_json_object_is_one_line(kimi_profile, body, 
 
     with pytest.raises(ConfigError, match=r"answered GET /get_model_info with .* not a JSON object: is this SGLang\?"):
         asyncio.run(scenario())
+
+
+GOOD = {"output_ids": [5, 163607, 7, 163586], "meta_info": {"finish_reason": {"type": "stop"}, "completion_tokens": 4}}
+ABORT = {"output_ids": [], "meta_info": {"finish_reason": {"type": "abort", "message": "scheduler restarted"}}}
+
+
+def sglang_like(canary: list[tuple[int, dict]], rids: list[str]) -> TestServer:
+    """Answers health and info like SGLang, and the canary POSTs with `canary` in turn (the last one then on)."""
+
+    def answering(body: dict):
+        async def handler(request: web.Request) -> web.Response:
+            return web.json_response(body)
+
+        return handler
+
+    async def generate(request: web.Request) -> web.Response:
+        rids.append((await request.json())["rid"])
+        status, body = canary[min(len(rids), len(canary)) - 1]
+        return web.json_response(body, status=status)
+
+    app = web.Application()
+    app.router.add_get("/health_generate", answering({}))
+    app.router.add_get("/get_model_info", answering({"model_path": "moonshotai/Kimi-K2.5"}))
+    app.router.add_get("/get_server_info", answering({"version": "0.5.6"}))
+    app.router.add_post("/generate", generate)
+    return TestServer(app, host="127.0.0.1")
+
+
+def preflight_canary(kimi_profile, canary: list[tuple[int, dict]], rids: list[str]):
+    body = {"input_ids": [1, 163606], "sampling_params": {"sampling_seed": 7}, "rid": "canary"}
+
+    async def scenario():
+        async with sglang_like(canary, rids) as server:
+            url = str(server.make_url("")).rstrip("/")
+            return await preflight([url], kimi_profile, kimi_profile.model, body, wait_s=5)
+
+    return asyncio.run(scenario())
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch):
+    monkeypatch.setattr(preflight_module, "PREFLIGHT_RETRY", RetryPolicy(PREFLIGHT_RETRY.max_attempts, 0.0, 0.0))
+
+
+def test_a_canary_answered_503_then_aborted_is_retried_with_a_new_rid_each_time(kimi_profile):
+    rids: list[str] = []
+    [server] = preflight_canary(kimi_profile, [(503, {"error": "queue full"}), (200, ABORT), (200, GOOD)], rids)
+    assert rids == ["canary", "canary-r2", "canary-r3"] and server.model_path == "moonshotai/Kimi-K2.5"
+
+
+def test_a_canary_that_always_aborts_is_judged_after_the_last_attempt(kimi_profile):
+    rids: list[str] = []
+    with pytest.raises(ConfigError, match="aborted the canary: scheduler restarted"):
+        preflight_canary(kimi_profile, [(200, ABORT)], rids)
+    # every canary try (each with another seed) used all its attempts
+    assert len(rids) == CANARY_TRIES * PREFLIGHT_RETRY.max_attempts == len(set(rids))

@@ -3,6 +3,8 @@ and each fault does what it says, on exactly the request it was scheduled for.""
 
 from __future__ import annotations
 
+import socket
+
 import boto3
 import pytest
 from botocore.config import Config
@@ -74,3 +76,15 @@ def test_rates_inject_a_share_of_requests(through_proxy):
     assert failed == proxy.stats.faults["internal_error"] and 8 <= failed <= 32
     with pytest.raises(ValueError, match="fault rates"):
         proxy.set_rates({"teapot": 0.1})
+
+
+def test_a_chunked_body_is_refused_with_a_log_line_not_forwarded(caplog):
+    """boto3 sends none over http; one that came would otherwise be forwarded cut short."""
+    with S3FaultProxy("http://127.0.0.1:9") as proxy, socket.create_connection(("127.0.0.1", proxy.port)) as sock:
+        sock.sendall(b"PUT /eagle/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n")
+        try:
+            answer = sock.recv(100)
+        except ConnectionResetError:
+            answer = b""
+    assert answer == b"" and not proxy.stats.requests
+    assert "reads Content-Length bodies only, not PUT /eagle/k chunked" in caplog.text

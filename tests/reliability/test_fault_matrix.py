@@ -441,9 +441,7 @@ def test_the_object_store_down_for_seconds_mid_generation(tmp_path, proxied, sto
 
         def stop_for_a_while() -> None:
             started = time.monotonic()
-            store.stop()
-            time.sleep(5.0)
-            store.start()
+            store.restart(downtime_s=5.0)
             outage["s"] = time.monotonic() - started
 
         outages = after_generations([sim], 20, stop_for_a_while)

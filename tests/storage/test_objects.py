@@ -171,3 +171,16 @@ def test_delete_removes_a_key_and_a_missing_key_is_no_error(any_root):
     any_root.delete("claims/run=a.parquet")
     any_root.delete("claims/run=a.parquet")
     assert any_root.list("claims/") == []
+
+
+def test_read_range_gives_the_bytes_asked_for_and_fewer_at_the_end(any_root):
+    data = bytes(range(256)) * 4
+    put_once(any_root, "data/x.parquet", data)
+    assert any_root.read_range("data/x.parquet", 10, 20) == data[10:30]
+    assert any_root.read_range("data/x.parquet", 1000, 100) == data[1000:]
+    assert any_root.read_range("data/x.parquet", 0, 0) == b""
+
+
+def test_reading_a_missing_key_is_file_not_found_on_every_root(any_root):
+    with pytest.raises(FileNotFoundError):
+        any_root.read_bytes("locks/nobody.json")

@@ -99,12 +99,6 @@ class PlanLock:
             return self.root.read_bytes(LOCK_KEY)
         except FileNotFoundError:
             return None
-        except DataGenError:
-            raise
-        except Exception as exc:  # S3: NoSuchKey
-            if getattr(exc, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                return None
-            raise
 
     def _holder(self) -> str:
         current = self._read()

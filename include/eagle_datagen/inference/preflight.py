@@ -43,12 +43,13 @@ class _Transient(Exception):
     """A preflight request failed in a way that another attempt can cure."""
 
 
-async def _retried(url: str, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
-    """`call()` until it returns, retrying transient failures; after the last attempt one ConfigError line."""
+async def _retried(url: str, what: str, call: Callable[[int], Awaitable[Any]]) -> Any:
+    """`call(attempt)` until it returns, retrying transient failures; after the last attempt one ConfigError
+    line."""
     rng = random.Random()
     for attempt in range(1, PREFLIGHT_RETRY.max_attempts + 1):
         try:
-            return await call()
+            return await call(attempt)
         except TimeoutError:  # the session's timeout is long: waiting that long again would not help
             raise ConfigError(f"SGLang at {url} did not answer {what} in time: check that it is not stuck") from None
         except (_Transient, aiohttp.ClientError) as exc:
@@ -106,7 +107,7 @@ def same_model(served: str, expected: str) -> bool:
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str, path: str) -> Any:
-    async def get() -> Any:
+    async def get(_attempt: int) -> Any:
         async with session.get(url.rstrip("/") + path) as response:
             if response.status != 200:
                 if failure_from_status(response.status, "").transient:
@@ -186,10 +187,8 @@ def check_canary(url: str, answer: Any, profile: ModelProfile) -> list[str]:
 
 async def _canary_answer(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Any:
     """The canary's answer, with transient failures retried (each attempt with its own rid)."""
-    attempts = iter(range(1, PREFLIGHT_RETRY.max_attempts + 1))
 
-    async def post() -> Any:
-        attempt = next(attempts)
+    async def post(attempt: int) -> Any:
         rid = body["rid"] if attempt == 1 else f"{body['rid']}-r{attempt}"
         async with session.post(url.rstrip("/") + "/generate", json=body | {"rid": rid}) as response:
             raw = await response.read()

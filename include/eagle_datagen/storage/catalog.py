@@ -3,18 +3,18 @@
 A sample's id already encodes its prompt, sample index, model and sampling config, so "is this sample
 new?" is a set lookup. The weight version is not part of the id: a run that should regenerate when the
 weights change asks for the samples of its weight version only. Quarantined samples count as existing:
-the same request would get the same answer again.
+the same request would get the same answer again. Of a data or quarantine shard only the footer and the
+`sample_id` column are fetched (byte ranges), not the token ids that make up nearly all of its bytes.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 
 import pyarrow.parquet as pq
 
 from eagle_datagen.storage.manifest import list_manifests
-from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.storage.output_root import OutputRoot, StoredFile
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,8 @@ class Catalog:
             matched += 1
             for entry in manifest["files"]:
                 if entry["kind"] in ("data", "quarantine"):
-                    table = pq.read_table(io.BytesIO(root.read_bytes(entry["key"])), columns=["sample_id"])
-                    self.sample_ids.update(table.column("sample_id").to_pylist())
+                    shard = pq.ParquetFile(StoredFile(root, entry["key"], entry["size"]))
+                    self.sample_ids.update(shard.read(columns=["sample_id"]).column("sample_id").to_pylist())
         if matched:
             log.info(
                 "catalog: %d existing samples of %s (%d new run(s) read)", len(self.sample_ids), self.model, matched

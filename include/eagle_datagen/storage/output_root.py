@@ -6,11 +6,13 @@ errors (a store restarting, throttling, connection resets) for up to two minutes
 Keys are checked before use: a key built from a tampered plan or manifest (`../`, an absolute path) must
 not reach outside the root. `list_modified` gives each key's modification time as the store recorded it
 (S3 `LastModified`, a local file's mtime): times that different workers compare without trusting each
-other's clocks.
+other's clocks. `read_range` reads part of an object, and `StoredFile` makes one a seekable file for
+readers that need only some of it (the catalog: a Parquet file's footer and one column).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from collections.abc import Iterator
@@ -19,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from botocore.exceptions import ClientError
+
 from eagle_datagen.errors import ConfigError, DataGenError
-from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, list_keys, retry_transient, s3_client
+from eagle_datagen.objectstore.s3 import S3Uri, describe_error, is_s3_uri, read_object, retry_transient, s3_client
 
 
 class OutputRoot(Protocol):
@@ -28,7 +32,13 @@ class OutputRoot(Protocol):
 
     def write_bytes(self, key: str, data: bytes) -> str: ...
 
-    def read_bytes(self, key: str) -> bytes: ...
+    def read_bytes(self, key: str) -> bytes:
+        """The object's bytes; FileNotFoundError when there is none at `key`."""
+        ...
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """`length` bytes of `key` from byte `start` (fewer at its end)."""
+        ...
 
     def list(self, prefix: str = "") -> list[str]: ...
 
@@ -106,6 +116,11 @@ class LocalOutputRoot:
     def read_bytes(self, key: str) -> bytes:
         return self._path(key).read_bytes()
 
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        with self._path(key).open("rb") as handle:
+            handle.seek(start)
+            return handle.read(length)
+
     def _files(self, prefix: str) -> Iterator[tuple[str, Path]]:
         folder = self.path / check_prefix(prefix).rpartition("/")[0]  # walk only the folder the prefix is in
         if not folder.is_dir():
@@ -163,16 +178,25 @@ class S3OutputRoot:
 
     def read_bytes(self, key: str) -> bytes:
         bucket, full_key = self.bucket_key(key)
+        try:
+            return read_object(bucket, full_key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NoSuchKey":  # as a local root says it
+                raise FileNotFoundError(f"{self.location(key)} does not exist") from None
+            raise
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""  # S3 has no empty range
+        bucket, full_key = self.bucket_key(key)
+        byte_range = f"bytes={start}-{start + length - 1}"
         return retry_transient(
-            f"read {self.location(key)}", lambda: s3_client().get_object(Bucket=bucket, Key=full_key)["Body"].read()
+            f"read {self.location(key)}",
+            lambda: s3_client().get_object(Bucket=bucket, Key=full_key, Range=byte_range)["Body"].read(),
         )
 
     def list(self, prefix: str = "") -> list[str]:
-        start = len(self._base.key)
-        full_prefix = self._base.key + check_prefix(prefix)  # location() would refuse a prefix ending in '/'
-        where = f"s3://{self._base.bucket}/{full_prefix}"
-        keys = retry_transient(f"list {where}", lambda: sorted(list_keys(self._base.bucket, full_prefix)))
-        return [k[start:] for k in keys]
+        return list(self.list_modified(prefix))  # the same one listing; the times cost nothing extra
 
     def delete(self, key: str) -> None:
         bucket, full_key = self.bucket_key(key)
@@ -187,7 +211,7 @@ class S3OutputRoot:
 
     def list_modified(self, prefix: str = "") -> dict[str, float]:
         start = len(self._base.key)
-        full_prefix = self._base.key + check_prefix(prefix)
+        full_prefix = self._base.key + check_prefix(prefix)  # location() would refuse a prefix ending in '/'
 
         def listing() -> dict[str, float]:
             pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket=self._base.bucket, Prefix=full_prefix)
@@ -196,6 +220,44 @@ class S3OutputRoot:
 
         where = f"s3://{self._base.bucket}/{full_prefix}"
         return dict(sorted(retry_transient(f"list {where}", listing).items()))
+
+
+class StoredFile(io.RawIOBase):
+    """A stored object of known size as a seekable read-only file that fetches only the byte ranges read:
+    pyarrow then reads a Parquet file's footer and the columns asked for, not the whole object. The last
+    range fetched is kept, so a small file, fetched whole with the footer, costs one request."""
+
+    def __init__(self, root: OutputRoot, key: str, size: int) -> None:
+        super().__init__()
+        self.root, self.key, self.size = root, key, size
+        self._position = 0
+        self._fetched_at, self._fetched = 0, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._position = offset + {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self.size}[whence]
+        return self._position
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        length = min(len(buffer), self.size - self._position)
+        if length <= 0:
+            return 0
+        offset = self._position - self._fetched_at
+        if offset < 0 or offset + length > len(self._fetched):
+            self._fetched_at, offset = self._position, 0
+            self._fetched = self.root.read_range(self.key, self._position, length)
+        chunk = self._fetched[offset : offset + length]
+        buffer[: len(chunk)] = chunk
+        self._position += len(chunk)
+        return len(chunk)
 
 
 def open_output_root(uri: str) -> OutputRoot:

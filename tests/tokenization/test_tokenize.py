@@ -116,3 +116,13 @@ def test_a_prompt_with_an_id_beyond_the_model_vocabulary_is_rejected_and_the_res
     assert reject.reason == "id_beyond_model_vocab" and reject.stage == "tokenize"
     assert "holds id 163838 ('[UNK]') at position" in reject.detail and "vocabulary of 163,700 ids" in reject.detail
     assert all(max(t.prompt_ids) < 163700 for t in allowed.prompts)
+
+
+def test_the_reserved_ids_beyond_kimis_vocabulary_never_enter_a_prompt(loaded_tokenizer):
+    """The stand-in has the real tokenizer's shape: 163840 and 163841 exist only in the tokenizer."""
+    assert loaded_tokenizer.ids_beyond_vocab == 2
+    records = [validate_record(user_record(t), f"o:{i}") for i, t in enumerate(["x <|reserved_token_163840|>", "ok"])]
+    result = tokenize_prompts(loaded_tokenizer, records, 1000, processes=1, allow_special_token_text=True)
+    assert [p.record.messages[0]["content"] for p in result.prompts] == ["ok"]
+    [reject] = result.rejects
+    assert reject.reason == "id_beyond_model_vocab" and "id 163840 ('<|reserved_token_163840|>')" in reject.detail

@@ -69,7 +69,8 @@ def test_a_prompt_id_beyond_the_vocabulary_never_reaches_the_server():
 
 def test_stop_token_ids_beyond_the_vocabulary_are_not_sent_either():
     received: list[dict] = []
-    [result] = generate_all(recording_server(received), [sample([1, 163606], stop_token_ids=[163840])], vocab_size=VOCAB)
+    request = sample([1, 163606], stop_token_ids=[163840])
+    [result] = generate_all(recording_server(received), [request], vocab_size=VOCAB)
     assert received == [] and result.error and "stop_token_ids [163840]" in result.error
 
 

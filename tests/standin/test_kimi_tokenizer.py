@@ -64,7 +64,8 @@ def test_the_tokenizer_has_258_special_ids_and_two_more_ids_than_the_model(token
     """tokenization_kimi.py numbers 256 + 2 special/reserved ids from 163584: 163,842 ids for 163,840 rows."""
     assert (TOKENIZER_SIZE, MODEL_VOCAB_SIZE) == (163842, 163840)
     assert max(tokenizer.get_vocab().values()) == 163841  # ids are sparse below 163584: len() is smaller
-    assert tokenizer.convert_ids_to_tokens([163840, 163841]) == ["<|reserved_token_163840|>", "<|reserved_token_163841|>"]
+    reserved = ["<|reserved_token_163840|>", "<|reserved_token_163841|>"]
+    assert tokenizer.convert_ids_to_tokens([163840, 163841]) == reserved
     assert tokenizer.encode("<|reserved_token_163841|>", add_special_tokens=False) == [163841]
     added = json.loads((standin_dir / "tokenizer.json").read_text())["added_tokens"]
     assert [t["id"] for t in added] == list(range(163584, 163842))

@@ -3,8 +3,9 @@
 Like the real one it is a slow `PreTrainedTokenizer` loaded with `trust_remote_code`, whose own encoder turns
 the text of a special token into its id wherever it occurs (tiktoken's `allowed_special="all"`), which
 keeps its specials in a `special_tokens` mapping, and whose `apply_chat_template` has the real one's defaults
-(`tokenize=False, add_generation_prompt=True`) and deep-sorts the tool schemas before rendering. Ordinary text goes through the stand-in's byte-level BPE
-(`tokenizer.json` beside this file) instead of tiktoken, which the test environment does not install.
+(`tokenize=False, add_generation_prompt=True`) and deep-sorts the tool schemas before rendering. Ordinary
+text goes through the stand-in's byte-level BPE (`tokenizer.json` beside this file) instead of tiktoken,
+which the test environment does not install.
 
 Importing this module writes the file named by `KIMI_LIKE_IMPORTED` (when set): the tests use it to prove
 that the code never runs without the opt-in.

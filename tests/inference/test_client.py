@@ -78,3 +78,26 @@ def test_the_last_id_of_the_vocabulary_is_sent():
     received: list[dict] = []
     [result] = generate_all(recording_server(received), [sample([VOCAB - 1, 163606])], vocab_size=VOCAB)
     assert len(received) == 1 and result.error is None
+
+
+def test_error_bodies_of_every_shape_reach_the_result():
+    """A 400 is permanent (sent once); its message, string or object, is what the sample's error says."""
+    cases = [
+        ({"error": "unknown field `bogus_key`, expected one of `max_new_tokens`"}, "unknown field `bogus_key`"),
+        (
+            {"error": {"message": "The input (9 tokens) is longer than the model's context length (8 tokens)."}},
+            "(9 tokens)",
+        ),
+    ]
+    for answer, expected in cases:
+        received: list[dict] = []
+        [result] = generate_all(recording_server(received, status=400, body=answer), [sample([1, 163606])])
+        assert len(received) == 1 and not result.retryable
+        assert result.error is not None and result.error.startswith("http_400: ") and expected in result.error
+
+
+def test_the_queue_full_503_is_retried_with_its_message_counted():
+    received: list[dict] = []
+    answer = {"object": "error", "message": "The request queue is full.", "type": "Service Unavailable"}
+    [result] = generate_all(recording_server(received, status=503, body=answer), [sample([1, 163606])])
+    assert result.retryable and result.error == "gave up after 1 attempts: http_503: The request queue is full."

@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from eagle_datagen.inference.endpoints import Endpoint, EndpointPool, NoEndpointAvailable
+from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.retry import Failure, RetryPolicy, failure_from_status
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 
@@ -37,23 +38,6 @@ class GenerationStats:
 
     def describe_failures(self) -> str:
         return ", ".join(f"{kind} {n}" for kind, n in self.failures.most_common()) or "none"
-
-
-def _error_message(body: bytes) -> str:
-    """SGLang's error bodies: {"error": {"message"}}, {"message"} (OpenAI style 503) or plain text."""
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return body.decode("utf-8", errors="replace").strip()[:300] or "(empty body)"
-    if isinstance(payload, dict):
-        error = payload.get("error")
-        if isinstance(error, dict) and "message" in error:
-            return str(error["message"])[:300]
-        if isinstance(error, str):
-            return error[:300]
-        if "message" in payload:
-            return str(payload["message"])[:300]
-    return str(payload)[:300]
 
 
 def _parse_answer(payload: Any) -> tuple[list[int], dict[str, Any]] | Failure:
@@ -110,7 +94,7 @@ class GenerateClient:
             async with session.post("generate", json=body) as response:
                 raw = await response.read()
                 if response.status != 200:
-                    return failure_from_status(response.status, _error_message(raw))
+                    return failure_from_status(response.status, error_message(raw))
         except TimeoutError:
             return Failure("timeout", f"no answer within {self.policy.request_timeout_s:.0f}s", transient=True)
         except aiohttp.ServerDisconnectedError:

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.retry import RetryPolicy, failure_from_status
 from eagle_datagen.profile import ModelProfile
 
@@ -210,10 +211,11 @@ async def _canary_answer(session: aiohttp.ClientSession, url: str, body: dict[st
             raw = await response.read()
         text = raw[:200].decode(errors="replace").strip()
         if response.status != 200:
-            if failure_from_status(response.status, text).transient:
-                raise _Transient(f"{response.status}: {text}")
+            message = error_message(raw)[:200]
+            if failure_from_status(response.status, message).transient:
+                raise _Transient(f"{response.status}: {message}")
             raise ConfigError(
-                f"SGLang at {url} answered {response.status} to the canary generation ({text}): check the "
+                f"SGLang at {url} answered {response.status} to the canary generation ({message}): check the "
                 "sampling parameters"
             )
         try:

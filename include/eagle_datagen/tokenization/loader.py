@@ -169,8 +169,8 @@ def load_tokenizer(
     )
     if not announce:
         return loaded
-    if beyond:
-        log.warning(
+    if beyond:  # normal for Kimi-K2.5 (two reserved ids): said once, at INFO, nothing to fix
+        log.info(
             "tokenizer %s has %d id(s) beyond %s's vocabulary of %d (%s): the model can neither read nor emit "
             "them, so a prompt that holds one is rejected as id_beyond_model_vocab",
             spec,

@@ -57,6 +57,7 @@ REJECT_REASONS: dict[str, str] = {
     "prompt_suffix_mismatch": "the rendered prompt does not end in the profile's prompt suffix",
     "prompt_too_long": "more tokens than max_prompt_tokens or the model's context",
     "special_token_text": "text that would put special tokens into the prompt the template did not place",
+    "id_beyond_model_vocab": "the prompt holds a tokenizer id at or above the model's vocab_size",
 }
 
 

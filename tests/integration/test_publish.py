@@ -72,6 +72,7 @@ def test_run_to_s3_produces_the_contract_layout(tmp_path, s3_env):
     assert manifest is not None and verify_manifest(root, manifest) == []
     assert manifest["contract"] == 1 and manifest["model"] == "moonshotai/Kimi-K2.5"
     assert manifest["provenance"]["servers"][0]["sglang_version"] == "0.5.9"
+    assert manifest["provenance"]["servers"][0]["sampling_seed"].startswith("not reproducible")
     assert len(manifest["provenance"]["chat_template_sha256"]) == 64
     assert manifest["counts"]["samples"] == 40 == manifest["counts"]["data"] + manifest["counts"]["quarantine"]
     kinds = {f["kind"] for f in manifest["files"]}

@@ -85,6 +85,10 @@ def rejects_key(run_id: str) -> str:
     return f"rejects/run={run_id}/rejects.jsonl"
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
 def shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, Any]] | None:
     """The shard's samples as rows (request order), from its checkpoints; None while any is pending."""
     requests = shard_requests(root, plan, index)
@@ -111,6 +115,7 @@ def shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, An
                 "model": plan.model,
                 "run_id": plan.run_id,
                 "weight_version": meta.get("weight_version"),
+                "cached_tokens": _int_or_none(meta.get("cached_tokens")),
                 "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
                 "error": saved["error"],
             }

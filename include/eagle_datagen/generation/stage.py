@@ -186,8 +186,10 @@ async def generate_pending(
     shard_indices: list[int],
     servers: list[ServerInfo],
     options: RunOptions,
+    vocab_size: int | None = None,
 ) -> tuple[int, int, GenerateClient]:
-    """Generate every sample of these shards that has no checkpoint yet. Returns (resumed, to_do, client)."""
+    """Generate every sample of these shards that has no checkpoint yet. Returns (resumed, to_do, client).
+    With `vocab_size` (the model's), a request holding an id at or above it is never sent."""
     done = {index: set(load_checkpoints(root, plan.run_id, index)) for index in shard_indices}  # ids only
     resumed = sum(len(ids) for ids in done.values())
     to_do = sum(plan.shards[index].samples for index in shard_indices) - resumed
@@ -206,7 +208,7 @@ async def generate_pending(
         len(endpoints),
     )
     async with (
-        GenerateClient(pool, options.retry) as client,
+        GenerateClient(pool, options.retry, vocab_size=vocab_size) as client,
         CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
     ):
         progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
@@ -327,7 +329,7 @@ def run_generation(options: RunOptions) -> RunSummary:
         )
         check_plan_matches(plan, wanted)
     resumed, generated, client = asyncio.run(
-        generate_pending(root, plan, [s.index for s in plan.shards], servers, options)
+        generate_pending(root, plan, [s.index for s in plan.shards], servers, options, setup.profile.vocab_size)
     )
     finish = _finish_counts(root, plan)
     done = sum(finish.values())

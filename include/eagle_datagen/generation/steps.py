@@ -177,9 +177,12 @@ def generate_shard_step(
     plan = load_plan(root, cfg.run_id)
     if plan is None:
         raise ConfigError(f"run {cfg.run_id} has no plan under {cfg.output}: run the plan step first")
-    resumed, todo, client = asyncio.run(generate_pending(root, plan, [shard], _servers(servers), options))
+    profile = load_profile(plan.profile)
+    resumed, todo, client = asyncio.run(
+        generate_pending(root, plan, [shard], _servers(servers), options, profile.vocab_size)
+    )
     try:
-        rows = publish_shard(root, plan, shard, load_profile(plan.profile), options.publish)
+        rows = publish_shard(root, plan, shard, profile, options.publish)
     except ShardIncomplete as exc:  # samples out of attempts: a task retry (on any worker) resumes them
         raise RetryableShardError(f"{exc} (failed attempts: {client.stats.describe_failures()})") from None
     return {"shard": shard, "resumed": resumed, "generated": todo, "rows": rows}

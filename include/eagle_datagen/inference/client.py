@@ -3,6 +3,11 @@
 One aiohttp session per endpoint (its connection limit equals the endpoint's window), reused for every
 request. `generate` never raises for a failed request: it returns a `SampleResult` whose `error` says
 what ended it, so one bad sample cannot stop a shard.
+
+A last guard before anything is sent: a request holding an id at or above the model's `vocab_size` (in
+`input_ids` or `stop_token_ids`) fails permanently as `id_beyond_model_vocab` without reaching a server.
+Tokenization already rejects such prompts; the guard exists because one such id kills a real SGLang server
+(its scheduler raises and the process exits), taking every other request in flight with it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from eagle_datagen.inference.endpoints import Endpoint, EndpointPool, NoEndpointAvailable
+from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.retry import Failure, RetryPolicy, failure_from_status
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 
@@ -34,23 +40,6 @@ class GenerationStats:
         return ", ".join(f"{kind} {n}" for kind, n in self.failures.most_common()) or "none"
 
 
-def _error_message(body: bytes) -> str:
-    """SGLang's error bodies: {"error": {"message"}}, {"message"} (OpenAI style 503) or plain text."""
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return body.decode("utf-8", errors="replace").strip()[:300] or "(empty body)"
-    if isinstance(payload, dict):
-        error = payload.get("error")
-        if isinstance(error, dict) and "message" in error:
-            return str(error["message"])[:300]
-        if isinstance(error, str):
-            return error[:300]
-        if "message" in payload:
-            return str(payload["message"])[:300]
-    return str(payload)[:300]
-
-
 def _parse_answer(payload: Any) -> tuple[list[int], dict[str, Any]] | Failure:
     if not isinstance(payload, dict):
         return Failure("bad_response", "the response is not a JSON object", transient=True)
@@ -63,10 +52,25 @@ def _parse_answer(payload: Any) -> tuple[list[int], dict[str, Any]] | Failure:
     return output_ids, meta
 
 
+def beyond_vocab(request: SampleRequest, vocab_size: int) -> str | None:
+    """Why the request must not be sent (an id the model does not have), or None."""
+    prompt = request.prompt_ids
+    if prompt and max(prompt) >= vocab_size:
+        bad = next(i for i in prompt if i >= vocab_size)
+        return f"prompt id {bad} is beyond the model's vocabulary of {vocab_size} ids; not sent"
+    stops = request.sampling.get("stop_token_ids") or []
+    if any(i >= vocab_size for i in stops):
+        return f"stop_token_ids {stops} hold an id beyond the model's vocabulary of {vocab_size} ids; not sent"
+    return None
+
+
 class GenerateClient:
-    def __init__(self, pool: EndpointPool, policy: RetryPolicy | None = None, seed: int = 0) -> None:
+    def __init__(
+        self, pool: EndpointPool, policy: RetryPolicy | None = None, seed: int = 0, vocab_size: int | None = None
+    ) -> None:
         self.pool = pool
         self.policy = policy or RetryPolicy()
+        self.vocab_size = vocab_size  # set: requests with ids at or above it are never sent
         self.stats = GenerationStats()
         self._rng = random.Random(seed)
         self._sessions: dict[str, aiohttp.ClientSession] = {}
@@ -90,7 +94,7 @@ class GenerateClient:
             async with session.post("generate", json=body) as response:
                 raw = await response.read()
                 if response.status != 200:
-                    return failure_from_status(response.status, _error_message(raw))
+                    return failure_from_status(response.status, error_message(raw))
         except TimeoutError:
             return Failure("timeout", f"no answer within {self.policy.request_timeout_s:.0f}s", transient=True)
         except aiohttp.ServerDisconnectedError:
@@ -106,6 +110,12 @@ class GenerateClient:
 
     async def generate(self, request: SampleRequest) -> SampleResult:
         result = SampleResult(request)
+        refused = beyond_vocab(request, self.vocab_size) if self.vocab_size is not None else None
+        if refused is not None:
+            self.stats.failures["id_beyond_model_vocab"] += 1
+            self.stats.failed += 1
+            result.error, result.retryable = f"id_beyond_model_vocab: {refused}", False
+            return result
         for attempt in range(1, self.policy.max_attempts + 1):
             try:
                 endpoint = await self.pool.acquire()

@@ -68,6 +68,13 @@ def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "–"
 
 
+def _cache_share(group: dict[str, Any]) -> str:
+    """The share of prompt tokens served from the prefix cache ("–" when no sample reported it)."""
+    cache = group.get("prompt_cache") or {}  # statistics written before the field existed have none
+    share = cache.get("cached_share")
+    return "–" if share is None else f"{100 * share:.1f}%"
+
+
 def _reasons(counts: dict[str, int]) -> str:
     if not counts:
         return '<span class="muted">none</span>'
@@ -244,7 +251,8 @@ def _overview_table(stats: dict[str, Any]) -> str:
         "<thead><tr><th>category</th><th class='n'>samples</th><th class='n'>valid</th><th class='n'>quarantined</th>"
         "<th>reject reasons</th><th>finish reasons</th><th class='n'>no think end</th>"
         "<th class='n'>prompt p50</th><th class='n'>reasoning p50</th><th class='n'>answer p50</th>"
-        "<th class='n'>output p50 / p99</th><th class='n'>trained tokens</th></tr></thead>"
+        "<th class='n'>output p50 / p99</th><th class='n'>trained tokens</th>"
+        "<th class='n'>cached prompt tokens</th></tr></thead>"
     )
     rows = []
     for name, group, css in [*((n, g, "") for n, g in _groups(stats)), (ALL, stats[ALL], "total")]:
@@ -257,7 +265,8 @@ def _overview_table(stats: dict[str, Any]) -> str:
             f"<td class='n'>{_int(group['without_think_end'])}</td>"
             + "".join(f"<td class='n'>{_int(lengths[k]['p50'])}</td>" for k in PLOTTED_LENGTHS)
             + f"<td class='n'>{_int(lengths['output']['p50'])} / {_int(lengths['output']['p99'])}</td>"
-            f"<td class='n'>{_int(group['tokens']['output'])}</td></tr>"
+            f"<td class='n'>{_int(group['tokens']['output'])}</td>"
+            f"<td class='n'>{_cache_share(group)}</td></tr>"
         )
     return f"<div class='scroll'><table>{head}<tbody>{''.join(rows)}</tbody></table></div>"
 
@@ -284,7 +293,8 @@ def _category_card(name: str, group: dict[str, Any]) -> str:
         f"<div class='card'><h3>{_e(name)}</h3>"
         f"<p>{_int(group['samples'])} samples: {_int(group['valid'])} valid, "
         f"<span{css}>{_int(quarantined)} quarantined ({_pct(quarantined, group['samples'])})</span>; "
-        f"{_int(group['without_think_end'])} valid without think end</p>"
+        f"{_int(group['without_think_end'])} valid without think end; "
+        f"{_cache_share(group)} of prompt tokens cached</p>"
         f"<p><b>reject reasons:</b> {_reasons(group['reject_reasons']).replace('<br>', ', ')}</p>"
         f"<p><b>finish reasons:</b> {_reasons(group['finish_reasons']).replace('<br>', ', ')}</p>"
         f"{_lengths_table(group)}</div>"
@@ -318,6 +328,7 @@ def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, 
         ("quarantined", f"{_int(quarantined)} ({_pct(quarantined, everything['samples'])})"),
         ("categories", _int(len(stats.get("categories", {})))),
         ("trained tokens", _int(everything["tokens"]["output"])),
+        ("prompt tokens cached", _cache_share(everything)),
     ]
     if token_summary:
         kpis.append(("distinct tokens", _int(token_summary["distinct_tokens"])))
@@ -338,7 +349,8 @@ def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, 
         f"<p class='muted'>Lengths and token counts cover {_e(stats.get('lengths_cover', ''))}. "
         f"Think end is id {_e(profile.get('think_end_id'))}, "
         f"EOS is id {_e(profile.get('eos_id'))}; reasoning is what precedes the first think end, the answer what "
-        "follows it up to the final EOS.</p>",
+        "follows it up to the final EOS. Cached prompt tokens: the share of prompt tokens the server "
+        "found in its prefix cache (meta_info.cached_tokens), over every sample that reported it.</p>",
         "<h2>Length distributions</h2>",
         _figure(
             length_png,
@@ -384,6 +396,7 @@ def _compact(group: dict[str, Any]) -> dict[str, Any]:
         "without_think_end": group["without_think_end"],
         "tokens": group["tokens"],
         "lengths": {k: {f: v for f, v in d.items() if f != "histogram"} for k, d in group["lengths"].items()},
+        "prompt_cache": group.get("prompt_cache"),
     }
 
 

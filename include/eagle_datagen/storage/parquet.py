@@ -60,7 +60,12 @@ _SAMPLE_FIELDS = [
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("weight_version", pa.string()),
 ]
-SAMPLE_SCHEMA = _schema(_SAMPLE_FIELDS)
+# Columns added to contract v1 after its first release (additive: the last ones of both schemas, so every
+# earlier column keeps its position). A shard written before them decodes with them null.
+_ADDED_FIELDS = [
+    pa.field("cached_tokens", pa.int32()),  # prompt tokens the server had in its prefix cache; null: not reported
+]
+SAMPLE_SCHEMA = _schema(_SAMPLE_FIELDS + _ADDED_FIELDS)
 QUARANTINE_SCHEMA = _schema(
     _SAMPLE_FIELDS
     + [
@@ -69,6 +74,7 @@ QUARANTINE_SCHEMA = _schema(
         pa.field("finish_detail", pa.string()),  # JSON text: SGLang's finish_reason object
         pa.field("error", pa.string()),  # why the request failed, for samples that never got an answer
     ]
+    + _ADDED_FIELDS
 )
 
 # columns whose values may be given as a mapping and are stored as JSON text (sorted keys)
@@ -173,5 +179,14 @@ def decode_shard(data: bytes) -> pa.Table:
         raise ValueError(
             f"not a data contract v{CONTRACT_VERSION} shard: schema metadata {CONTRACT_KEY!r} is {version!r}"
         )
+    table = _with_added_columns(table)
     # Parquet names list values "element"; the cast gives back Arrow's "item" of the schema (no copy)
     return table.cast(_contract_schema(table.schema))
+
+
+def _with_added_columns(table: pa.Table) -> pa.Table:
+    """A shard written before the added columns existed, with them as nulls (the contract stays v1)."""
+    for field in _ADDED_FIELDS:
+        if field.name not in table.column_names:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table

@@ -100,6 +100,12 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"SGLang version that /get_server_info reports (default: {d.version})",
     )
     model.add_argument(
+        "--enable-deterministic-inference",
+        action="store_true",
+        help="report enable_deterministic_inference true in /server_info, as SGLang started with this flag does "
+        "(outputs are deterministic from sampling_seed either way; real SGLang ignores the seed without it)",
+    )
+    model.add_argument(
         "--context-length",
         type=positive_int,
         default=d.context_length,
@@ -189,6 +195,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         tokenizer_path=args.tokenizer_path,
         weight_version=args.weight_version,
         version=args.version,
+        enable_deterministic_inference=args.enable_deterministic_inference,
         context_length=args.context_length,
         vocab_size=args.vocab_size,
         max_running_requests=args.max_running_requests,

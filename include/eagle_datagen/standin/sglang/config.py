@@ -53,6 +53,9 @@ class SimConfig:
     weight_version: str = "default"
     version: str = "0.5.9"  # the SGLang version /get_server_info reports
     tp_size: int = 8
+    # SGLang's --enable-deterministic-inference, as /server_info reports it: real SGLang honours sampling_seed
+    # only with it (the stand-in's outputs follow the seed either way)
+    enable_deterministic_inference: bool = False
     # the model's token facts
     context_length: int = 262144
     vocab_size: int = 163840

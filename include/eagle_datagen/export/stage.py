@@ -44,6 +44,7 @@ class ExportOptions:
     shuffle_seed: int | None = None
     draft_vocab_size: int | None = None  # None: the run's or release's draft vocabulary
     command: str = ""  # the command line, for the README
+    location: str | None = None  # where the trainer finds the export, when not at `to` (uploaded exports)
 
 
 @dataclass
@@ -187,7 +188,8 @@ def _info(
     vocab_from: str | None,
     files: list[str],
 ) -> dict[str, Any]:
-    context = TrainContext(options.to, source.model, vocab.k if vocab else None, options.limit.max_len)
+    where = options.location or options.to
+    context = TrainContext(where, source.model, vocab.k if vocab else None, options.limit.max_len)
     return {
         "format": options.format,
         "source": {
@@ -199,6 +201,7 @@ def _info(
             "profile": source.profile,
             "weight_version": source.weight_version,
         },
+        "location": where,
         "categories": source.categories,
         "rows": counts.to_json() | {"superseded_rows_skipped": source.superseded_rows},
         "sequence_length": {"max_seq_len": options.limit.max_len, "overlong": options.limit.overlong},

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eagle_datagen.export.formats import jsonl_lines
+from eagle_datagen.export.formats import jsonl_text
 from eagle_datagen.export.rows import RowCounts, SeqLimit, ranges, training_rows
 from eagle_datagen.export.torch_file import ALIGNMENT, read_tensors, tensors_to_torch_bytes
 
@@ -68,7 +68,7 @@ def test_ranges_concatenate_aranges():
     assert ranges(np.array([], dtype=np.int64), np.array([], dtype=np.int64)).tolist() == []
 
 
-def test_jsonl_lines_are_the_json_of_each_row():
+def test_jsonl_text_is_the_json_of_each_row():
     table = pa.table(
         {
             "sample_id": ["ab" * 32],
@@ -77,7 +77,7 @@ def test_jsonl_lines_are_the_json_of_each_row():
             "output_ids": pa.array([[9, 163607, 163586]], pa.list_(pa.int32())),
         }
     )
-    (line,) = jsonl_lines(training_rows(table, SeqLimit(), RowCounts()))
+    (line,) = jsonl_text(training_rows(table, SeqLimit(), RowCounts())).to_pybytes().decode().splitlines(True)
     expected = {
         "sample_id": "ab" * 32,
         "category": "math",

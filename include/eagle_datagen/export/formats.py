@@ -17,7 +17,6 @@ the formats that have no map of their own carry the draft vocabulary as `draft_v
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import IO, ClassVar
 
@@ -35,23 +34,31 @@ from eagle_datagen.storage.parquet import SAMPLE_SCHEMA
 IDS = pa.list_(pa.int64())
 
 
-def jsonl_lines(rows: pa.Table) -> list[str]:
-    """The JSON lines of training rows; ids are converted per row, the mask is built as text."""
-    ids = rows.column("input_ids").combine_chunks()
-    offsets, values = ids.offsets.to_numpy(), ids.values.to_numpy()
-    prompt_len = rows.column("prompt_len").to_numpy()
-    sample_ids = rows.column("sample_id").to_pylist()
-    categories = rows.column("category").to_pylist()
-    lines = []
-    for r in range(rows.num_rows):
-        start, end, prompt = offsets[r], offsets[r + 1], int(prompt_len[r])
-        mask = ("0," * prompt + "1," * int(end - start - prompt))[:-1]
-        # sample ids are hex and categories [a-z0-9_-]: nothing to escape (json.dumps would give the same text)
-        lines.append(
-            f'{{"sample_id":"{sample_ids[r]}","category":"{categories[r]}","input_ids":'
-            f'{json.dumps(values[start:end].tolist(), separators=(",", ":"))},"loss_mask":[{mask}]}}\n'
-        )
-    return lines
+def _joined(lists: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Each row's integers as decimal text joined by commas, by Arrow's kernels."""
+    array = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    return pc.binary_join(pc.cast(array, pa.list_(pa.string())), ",")
+
+
+def jsonl_text(rows: pa.Table) -> pa.Buffer:
+    """The JSON lines of training rows (sample_id, category, input_ids, loss_mask), built by Arrow's string
+    kernels (no Python object per token); sample ids are hex and categories [a-z0-9_-], so nothing needs
+    escaping and the text is what json.dumps writes."""
+    parts = [
+        '{"sample_id":"',
+        rows.column("sample_id").combine_chunks(),
+        '","category":"',
+        rows.column("category").combine_chunks(),
+        '","input_ids":[',
+        _joined(rows.column("input_ids")),
+        '],"loss_mask":[',
+        _joined(rows.column("loss_mask")),
+        "]}\n",
+        "",  # the separator
+    ]
+    lines = pc.binary_join_element_wise(*parts).cast(pa.large_string())
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
+    return lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
 
 
 class FormatWriter:
@@ -82,13 +89,13 @@ class JsonlWriter(FormatWriter):
     name = "jsonl"
     folder = False
 
-    def __init__(self, target: Path, identity: str, handle: IO[str] | None = None) -> None:
+    def __init__(self, target: Path, identity: str, handle: IO[bytes] | None = None) -> None:
         super().__init__(target, identity)
         self._own = handle is None
-        self.handle = handle or open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in finish
+        self.handle = handle or open(target, "wb")  # noqa: SIM115 - closed in finish
 
     def write(self, rows: pa.Table) -> None:
-        self.handle.writelines(jsonl_lines(rows))
+        self.handle.write(jsonl_text(rows))
 
     def finish(self, vocab: DraftVocab | None) -> list[str]:
         if self._own:
@@ -126,10 +133,10 @@ class SpecForgeWriter(FormatWriter):
 
     def __init__(self, target: Path, identity: str) -> None:
         super().__init__(target, identity)
-        self.handle = open(target / self.DATA, "w", encoding="utf-8")  # noqa: SIM115 - closed in finish
+        self.handle = open(target / self.DATA, "wb")  # noqa: SIM115 - closed in finish
 
     def write(self, rows: pa.Table) -> None:
-        self.handle.writelines(jsonl_lines(rows))
+        self.handle.write(jsonl_text(rows))
 
     def finish(self, vocab: DraftVocab | None) -> list[str]:
         self.handle.close()

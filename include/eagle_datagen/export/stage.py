@@ -130,7 +130,7 @@ def run_export(root: OutputRoot, options: ExportOptions) -> ExportSummary:
     target = _prepare_target(options, writer_cls)
     identity = f"{source.kind}={source.id}:{options.format}"
     if writer_cls is JsonlWriter and options.to == "-":
-        writer: FormatWriter = JsonlWriter(target, identity, handle=sys.stdout)
+        writer: FormatWriter = JsonlWriter(target, identity, handle=sys.stdout.buffer)
     else:
         writer = writer_cls(target, identity)
     counts = RowCounts()

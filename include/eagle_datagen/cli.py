@@ -434,8 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--shuffle-seed",
         type=int,
         metavar="N",
-        help="shuffle the rows with numpy's default_rng(N), as datasets.shuffle (speculators prepare-data "
-        "shuffles with seed 0); default: manifest order",
+        help="shuffle the rows as `speculators prepare-data --seed N` does (its default seed is 0): the same "
+        "order, row for row; default: the manifest's order",
     )
     export.add_argument(
         "--draft-vocab-size",

@@ -154,12 +154,14 @@ def test_max_seq_len_cuts_or_drops_as_the_trainers_do_and_counts_it(tmp_path, pu
 
 
 @pytest.mark.parametrize("fmt", ["speculators", "torchspec"])
-def test_shuffle_is_the_seeds_permutation_and_the_index_follows(tmp_path, published, fmt):
+def test_shuffle_is_prepare_datas_order_and_the_index_follows(tmp_path, published, fmt):
     root, samples, _ = published
     out = tmp_path / fmt
-    run_export(root, ExportOptions(format=fmt, to=str(out), run_id="r1", shuffle_seed=0))
-    order = np.random.default_rng(0).permutation(len(samples))
-    assert read_rows(fmt, out, tmp_path) == [expected_rows(samples)[i] for i in order]
+    run_export(root, ExportOptions(format=fmt, to=str(out), run_id="r1", shuffle_seed=0, limit=SeqLimit(30)))
+    first = np.random.default_rng(0).permutation(len(samples))  # datasets.shuffle(seed=0) of the rows read
+    kept = [r for r in (expected_rows([samples[i]], 30) for i in first) if r]  # prepare-data drops rows
+    second = np.random.default_rng(0).permutation(len(kept))  # and shuffles the kept rows again
+    assert read_rows(fmt, out, tmp_path) == [kept[i][0] for i in second]
     assert not list(out.glob(".*staging*"))
 
 

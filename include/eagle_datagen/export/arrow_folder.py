@@ -106,7 +106,7 @@ class ArrowFolderWriter:
         state = {
             "_data_files": [{"filename": name} for name in names],
             "_fingerprint": self._digest.hexdigest()[:16],
-            "_format_columns": None,
+            "_format_columns": self.schema.names if self.format_type else None,  # as set_format leaves it
             "_format_kwargs": {},
             "_format_type": self.format_type,
             "_output_all_columns": False,

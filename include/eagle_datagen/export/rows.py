@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 Overlong = Literal["cut", "drop"]
-TRAINING_COLUMNS = ("input_ids", "loss_mask", "seq_len", "prompt_len")
+TRAINING_COLUMNS = ("input_ids", "loss_mask", "seq_len", "prompt_len", "row_index")
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,13 @@ def _flat(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def training_rows(table: pa.Table, limit: SeqLimit, counts: RowCounts) -> pa.Table:
     """`table` (with prompt_ids and output_ids) with the rows a trainer keeps, plus TRAINING_COLUMNS:
-    input_ids and loss_mask (list<int64>, cut to the limit), seq_len and prompt_len (int64)."""
+    input_ids and loss_mask (list<int64>, cut to the limit), seq_len, prompt_len and row_index (int64: the
+    row's position among all rows read so far, dropped ones included, which the shuffle needs)."""
     prompt_offsets, prompt_values = _flat(table.column("prompt_ids"))
     output_offsets, output_values = _flat(table.column("output_ids"))
     prompt_len, output_len = np.diff(prompt_offsets), np.diff(output_offsets)
     full_len = prompt_len + output_len
+    first_index = counts.rows_read
     counts.rows_read += table.num_rows
     if limit.max_len is None:
         kept_prompt, kept_output = prompt_len, output_len
@@ -101,6 +103,7 @@ def training_rows(table: pa.Table, limit: SeqLimit, counts: RowCounts) -> pa.Tab
         ("loss_mask", pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(mask))),
         ("seq_len", pa.array(seq_len, pa.int64())),
         ("prompt_len", pa.array(kept_prompt, pa.int64())),
+        ("row_index", pa.array(rows + first_index, pa.int64())),
     ):
         out = out.append_column(name, values)
     return out

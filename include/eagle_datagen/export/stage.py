@@ -2,10 +2,11 @@
 
 Shards are read one at a time (export/source.py), turned into training rows in bulk (export/rows.py) and
 handed to the format's writer (export/formats.py). With a shuffle seed the rows first go to a staging
-Arrow file beside the target, memory-mapped and read back in the seed's permutation (numpy's
-`default_rng(seed).permutation`, as HF `datasets.shuffle` draws it). The draft vocabulary is the run's or
-release's own, or, with `draft_vocab_size`, built from the supervised tokens of the exported rows (cut
-as exported), counted as the trainers count them.
+Arrow file beside the target, memory-mapped and read back in the order `speculators prepare-data --seed`
+gives them (HF `datasets.shuffle`, a numpy `default_rng(seed).permutation`, of the rows read, then of the
+rows kept), so that a speculators export is row for row what prepare-data writes from the JSONL export.
+The draft vocabulary is the run's or release's own, or, with `draft_vocab_size`, built from the
+supervised tokens of the exported rows (cut as exported), counted as the trainers count them.
 """
 
 from __future__ import annotations
@@ -87,8 +88,17 @@ def _row_tables(source: ExportSource, columns: list[str], limit: SeqLimit, count
             yield rows
 
 
-def _shuffled(tables: Iterator[pa.Table], staging: Path, seed: int) -> Iterator[pa.Table]:
-    """The rows of `tables` in the seed's permutation, through a memory-mapped staging file."""
+def shuffled_order(row_index: np.ndarray, rows_read: int, seed: int) -> np.ndarray:
+    """The order `speculators prepare-data --seed` gives kept rows: datasets' shuffle (a
+    `default_rng(seed).permutation`) of all rows read, rows dropped, then a shuffle of the kept rows."""
+    position = np.empty(rows_read, dtype=np.int64)
+    position[np.random.default_rng(seed).permutation(rows_read)] = np.arange(rows_read)
+    first = np.argsort(position[row_index], kind="stable")
+    return first[np.random.default_rng(seed).permutation(len(first))]
+
+
+def _shuffled(tables: Iterator[pa.Table], staging: Path, seed: int, counts: RowCounts) -> Iterator[pa.Table]:
+    """The rows of `tables` in the seed's order (shuffled_order), through a memory-mapped staging file."""
     writer: pa.ipc.RecordBatchFileWriter | None = None
     try:
         with pa.OSFile(str(staging), "wb") as sink:
@@ -101,7 +111,7 @@ def _shuffled(tables: Iterator[pa.Table], staging: Path, seed: int) -> Iterator[
             writer.close()
         with pa.memory_map(str(staging)) as source:
             staged = pa.ipc.open_file(source).read_all()
-            order = np.random.default_rng(seed).permutation(staged.num_rows)
+            order = shuffled_order(staged.column("row_index").to_numpy(), counts.rows_read, seed)
             for start in range(0, len(order), SHUFFLE_BATCH_ROWS):
                 yield staged.take(pa.array(order[start : start + SHUFFLE_BATCH_ROWS]))
             del staged
@@ -141,7 +151,7 @@ def run_export(root: OutputRoot, options: ExportOptions) -> ExportSummary:
         tables = _row_tables(source, columns, options.limit, counts)
         if options.shuffle_seed is not None:
             staging = (target if writer_cls.folder else target.parent) / f".{target.name}.staging.arrow"
-            tables = _shuffled(tables, staging, options.shuffle_seed)
+            tables = _shuffled(tables, staging, options.shuffle_seed, counts)
         for rows in tables:
             if counter is not None:
                 counter.add_ids(_supervised_ids(rows))

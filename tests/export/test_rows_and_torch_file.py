@@ -1,6 +1,6 @@
 """The bulk row builder against a plain per-row one, the JSON lines against json.dumps, and the torch-free
 `vocab_mapping.pt` writer: its zip and pickle structure, read back with torch's weights-only rules, and with
-torch itself where a Python with torch is named by EAGLE_DATAGEN_TORCH_PYTHON (see docs/training.md)."""
+torch itself in the side environment of `make speculators-env` (or the Python EAGLE_DATAGEN_TORCH_PYTHON names)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,8 @@ from hypothesis import strategies as st
 from eagle_datagen.export.formats import jsonl_text
 from eagle_datagen.export.rows import RowCounts, SeqLimit, ranges, training_rows
 from eagle_datagen.export.torch_file import ALIGNMENT, read_tensors, tensors_to_torch_bytes
+
+REPO = Path(__file__).resolve().parents[2]
 
 TOKEN_LISTS = st.lists(st.integers(0, 163_839), min_size=1, max_size=12)
 
@@ -127,7 +130,10 @@ def test_the_reader_refuses_globals_that_weights_only_refuses():
         read_tensors(buffer.getvalue())
 
 
-@pytest.mark.skipif(not os.environ.get("EAGLE_DATAGEN_TORCH_PYTHON"), reason="no Python with torch named")
+TORCH_PYTHON = Path(os.environ.get("EAGLE_DATAGEN_TORCH_PYTHON", REPO / ".venv-speculators" / "bin" / "python"))
+
+
+@pytest.mark.skipif(not TORCH_PYTHON.exists(), reason=f"no Python with torch at {TORCH_PYTHON} (make speculators-env)")
 def test_torch_itself_loads_the_vocab_mapping(tmp_path):
     path = tmp_path / "vocab_mapping.pt"
     path.write_bytes(tensors_to_torch_bytes(vocab_mapping()))
@@ -138,8 +144,6 @@ def test_torch_itself_loads_the_vocab_mapping(tmp_path):
         "    assert m['d2t'].dtype == torch.int64 and m['t2d'].dtype == torch.bool, m\n"
         "    print(m['d2t'].tolist(), m['t2d'].nonzero().flatten().tolist())\n"
     )
-    result = subprocess.run(
-        [os.environ["EAGLE_DATAGEN_TORCH_PYTHON"], "-c", script, str(path)], capture_output=True, text=True, check=True
-    )
+    result = subprocess.run([str(TORCH_PYTHON), "-c", script, str(path)], capture_output=True, text=True, check=True)
     expected = f"{vocab_mapping()['d2t'].tolist()} {np.flatnonzero(vocab_mapping()['t2d']).tolist()}"
     assert result.stdout.split("\n")[:2] == [expected, expected]

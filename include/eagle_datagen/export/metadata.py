@@ -14,8 +14,6 @@ from typing import Any
 
 import yaml
 
-TRAINER_VERSIONS = {"speculators": "speculators 0.9.0", "specforge": "SpecForge 0.2.0", "torchspec": "TorchSpec"}
-
 
 @dataclass(frozen=True)
 class TrainContext:
@@ -43,8 +41,12 @@ def train_command(fmt: str, c: TrainContext) -> str:
             f"  # the draft config's draft_vocab_size must be {k}"
         )
     if fmt == "torchspec":
-        seq = f" --max-seq-length {c.max_seq_len}" if c.max_seq_len else ""
-        return f"torchspec training with --train-data-path {c.folder}/train.parquet{seq} (see docs/training.md)"
+        seq = f" training.max_seq_length={c.max_seq_len}" if c.max_seq_len else ""
+        return (
+            f"python3 -m torchspec.train_entry --config configs/<model>.yaml model.target_model_path={c.model} "
+            f"dataset.train_data_path={c.folder}/train.parquet{seq}  # see docs/training.md: check your TorchSpec "
+            "reads pre-tokenized Parquet"
+        )
     if fmt == "hf":
         return f'python -c "import datasets; print(datasets.load_from_disk({c.folder!r}))"'
     return f"any trainer that reads JSONL with input_ids and loss_mask: {c.folder}"

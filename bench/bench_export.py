@@ -12,7 +12,7 @@ Each variant's rows are checked against the baseline's once (same sample ids and
 the times count. rows/s counts exported rows; MB/s counts the export's bytes on disk (its data files,
 maps and metadata) per second; "input MB/s" counts the run's Parquet bytes read per second.
 
-Run (about 2 minutes on 2 cores with the defaults):
+Run (about a minute on 2 cores with the defaults):
 `.venv/bin/python bench/bench_export.py [--per-category 500] [--repeats 5]`.
 """
 

@@ -222,3 +222,17 @@ def test_command_line_errors_are_one_line(tmp_path, published, capsys):
     assert "is not an empty folder" in capsys.readouterr().err
     assert main([*base, str(tmp_path / "x"), "--release-id", "nope", "--format", "hf"]) == 1
     assert "release nope is not under" in capsys.readouterr().err
+
+
+def test_exports_read_the_run_from_either_backend(tmp_path, output_uri):
+    from eagle_datagen.storage.output_root import open_output_root
+
+    root = open_output_root(output_uri)
+    shards = {"math": [shard_rows(0, 6, "math", "r1"), shard_rows(6, 6, "math", "r1")]}
+    draft = publish(root, "r1", shards, k=20)
+    out = tmp_path / "spec"
+    run_export(root, ExportOptions(format="speculators", to=str(out), run_id="r1", shuffle_seed=3))
+    samples = [s for rows in shards["math"] for s in rows]
+    assert sorted(read_rows("speculators", out, tmp_path)) == sorted(expected_rows(samples))
+    assert np.array_equal(check_npy_maps(out, 20, VOCAB), np.flatnonzero(draft.t2d))
+    assert yaml.safe_load((out / "export_info.yaml").read_text())["source"]["output"] == root.uri

@@ -603,20 +603,22 @@ def _export(args: argparse.Namespace) -> int:
     from eagle_datagen.storage.output_root import open_output_root
 
     check_run_id(args.run_id or args.release_id)
-    summary = run_export(
-        open_output_root(args.output),
-        ExportOptions(
-            format=args.format,
-            to=args.to,
-            run_id=args.run_id,
-            release_id=args.release_id,
-            categories=args.categories,
-            limit=SeqLimit(args.max_seq_len, args.overlong),
-            shuffle_seed=args.shuffle_seed,
-            draft_vocab_size=args.draft_vocab_size,
-            command=shlex.join(["eagle-datagen", *sys.argv[1:]]) if sys.argv[1:2] == ["export"] else "",
-        ),
+    options = ExportOptions(
+        format=args.format,
+        to=args.to,
+        run_id=args.run_id,
+        release_id=args.release_id,
+        categories=args.categories,
+        limit=SeqLimit(args.max_seq_len, args.overlong),
+        shuffle_seed=args.shuffle_seed,
+        draft_vocab_size=args.draft_vocab_size,
+        command=shlex.join(["eagle-datagen", *sys.argv[1:]]) if sys.argv[1:2] == ["export"] else "",
     )
+    try:
+        summary = run_export(open_output_root(args.output), options)
+    except BrokenPipeError:  # `--to - | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     what = f"run {args.run_id}" if args.run_id else f"release {args.release_id}"
     vocab = f", draft vocabulary of {summary.draft_vocab_k:,}" if summary.draft_vocab_k else ""
     print(f"exported {summary.rows:,} samples of {what} as {args.format} to {args.to}{vocab}", file=sys.stderr)

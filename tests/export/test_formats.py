@@ -205,6 +205,7 @@ def test_an_altered_shard_is_refused(tmp_path, published):
     shard.write_bytes(shard.read_bytes()[:-8] + b"\0" * 8)
     with pytest.raises(DataGenError, match="does not match the checksum"):
         run_export(root, ExportOptions(format="hf", to=str(tmp_path / "hf"), run_id="r1"))
+    assert not list(tmp_path.glob("*hf*"))  # nothing half-written is left, nothing looks finished
 
 
 def test_command_line_errors_are_one_line(tmp_path, published, capsys):

@@ -102,7 +102,7 @@ class JsonlWriter(FormatWriter):
             self.handle.close()
         else:
             self.handle.flush()
-        return [self.target.name]
+        return []  # the file itself is the target
 
 
 class SpeculatorsWriter(FormatWriter):

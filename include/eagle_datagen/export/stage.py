@@ -11,7 +11,9 @@ supervised tokens of the exported rows (cut as exported), counted as the trainer
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -70,15 +72,39 @@ def open_source(root: OutputRoot, options: ExportOptions) -> ExportSource:
     return open_release(root, options.release_id, options.categories)
 
 
-def _prepare_target(options: ExportOptions, writer_cls: type[FormatWriter]) -> Path:
+def _prepare_target(options: ExportOptions, writer_cls: type[FormatWriter]) -> tuple[Path, Path]:
+    """(target, work): the export is written to `work` beside the target and renamed into place when it is
+    complete, so that a failed export leaves nothing that looks finished (a rerun clears its `work`)."""
     target = Path(options.to)
+    if writer_cls.folder and target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ConfigError(f"{target} exists and is not an empty folder: export {options.format} to a new folder")
+    if options.to == "-":
+        return target, target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = target.with_name(f".{target.name}.partial")
+    if work.is_dir():
+        shutil.rmtree(work)
+    work.unlink(missing_ok=True)
     if writer_cls.folder:
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise ConfigError(f"{target} exists and is not an empty folder: export {options.format} to a new folder")
-        target.mkdir(parents=True, exist_ok=True)
-    elif options.to != "-":
-        target.parent.mkdir(parents=True, exist_ok=True)
-    return target
+        work.mkdir()
+    return target, work
+
+
+def _discard(work: Path, target: Path) -> None:
+    if work == target:
+        return
+    if work.is_dir():
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        work.unlink(missing_ok=True)
+
+
+def _commit(work: Path, target: Path) -> None:
+    if work == target:
+        return
+    if target.is_dir():  # an empty folder (checked before)
+        target.rmdir()
+    os.replace(work, target)
 
 
 def _row_tables(source: ExportSource, columns: list[str], limit: SeqLimit, counts: RowCounts) -> Iterator[pa.Table]:
@@ -137,20 +163,38 @@ def run_export(root: OutputRoot, options: ExportOptions) -> ExportSummary:
             "pass --draft-vocab-size K to build it from the exported rows"
         )
     profile = load_profile(source.profile)
-    target = _prepare_target(options, writer_cls)
+    target, work = _prepare_target(options, writer_cls)
+    try:
+        summary = _write(options, source, writer_cls, published, profile.vocab_size, target, work)
+    except BaseException:
+        _discard(work, target)
+        raise
+    _commit(work, target)
+    return summary
+
+
+def _write(
+    options: ExportOptions,
+    source: ExportSource,
+    writer_cls: type[FormatWriter],
+    published: DraftVocab | None,
+    vocab_size: int,
+    target: Path,
+    work: Path,
+) -> ExportSummary:
     identity = f"{source.kind}={source.id}:{options.format}"
     if writer_cls is JsonlWriter and options.to == "-":
         writer: FormatWriter = JsonlWriter(target, identity, handle=sys.stdout.buffer)
     else:
-        writer = writer_cls(target, identity)
+        writer = writer_cls(work, identity)
     counts = RowCounts()
-    counter = TokenCounter(profile.vocab_size) if options.draft_vocab_size else None
-    sample_ids = (target / "sample_ids.txt").open("w") if writer_cls.folder else None
+    counter = TokenCounter(vocab_size) if options.draft_vocab_size else None
+    sample_ids = (work / "sample_ids.txt").open("w") if writer_cls.folder else None
     columns = list(dict.fromkeys([*writer_cls.columns, "category", "prompt_ids", "output_ids"]))
     try:
         tables = _row_tables(source, columns, options.limit, counts)
         if options.shuffle_seed is not None:
-            staging = (target if writer_cls.folder else target.parent) / f".{target.name}.staging.arrow"
+            staging = (work if writer_cls.folder else work.parent) / f".{target.name}.staging.arrow"
             tables = _shuffled(tables, staging, options.shuffle_seed, counts)
         for rows in tables:
             if counter is not None:
@@ -162,15 +206,15 @@ def run_export(root: OutputRoot, options: ExportOptions) -> ExportSummary:
         if sample_ids is not None:
             sample_ids.close()
     vocab, vocab_from = _draft_vocab(options, source, published, counter)
-    files = writer.finish(vocab)
+    files = writer.finish(vocab) if writer_cls.folder else [target.name, *writer.finish(vocab)]
     if sample_ids is not None:
         files.append("sample_ids.txt")
     info = _info(options, source, counts, vocab, vocab_from, files)
     if writer_cls.folder:
         files += ["export_info.yaml", "README.md"]
         info["files"] = files
-        write_info(target / "export_info.yaml", info)
-        (target / "README.md").write_text(readme_text(info))
+        write_info(work / "export_info.yaml", info)
+        (work / "README.md").write_text(readme_text(info))
     elif options.to != "-":
         write_info(target.with_name(target.name + ".export_info.yaml"), info)
     return ExportSummary(options.format, options.to, counts.rows_exported, counts.to_json(), files, vocab and vocab.k)

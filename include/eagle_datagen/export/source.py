@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.stats.draft_vocab import DraftVocab
-from eagle_datagen.storage.manifest import read_manifest
+from eagle_datagen.storage.manifest import manifest_key, read_manifest
 from eagle_datagen.storage.objects import sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.storage.parquet import SAMPLE_SCHEMA
@@ -49,7 +49,7 @@ class ExportSource:
 
     @property
     def manifest_key(self) -> str:
-        return release_key(self.id) if self.kind == "release" else f"manifests/run={self.id}.json"
+        return release_key(self.id) if self.kind == "release" else manifest_key(self.id)
 
     def read_checked(self, entry: InputFile) -> bytes:
         data = self.root.read_bytes(entry.key)

@@ -59,9 +59,6 @@ class ExportSummary:
     files: list[str]
     draft_vocab_k: int | None
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 def open_source(root: OutputRoot, options: ExportOptions) -> ExportSource:
     if (options.run_id is None) == (options.release_id is None):

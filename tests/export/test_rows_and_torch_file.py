@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from eagle_datagen.errors import DataGenError
 from eagle_datagen.export.formats import jsonl_text
 from eagle_datagen.export.rows import RowCounts, SeqLimit, ranges, training_rows
 from eagle_datagen.export.torch_file import ALIGNMENT, read_tensors, tensors_to_torch_bytes
@@ -147,3 +148,16 @@ def test_torch_itself_loads_the_vocab_mapping(tmp_path):
     result = subprocess.run([str(TORCH_PYTHON), "-c", script, str(path)], capture_output=True, text=True, check=True)
     expected = f"{vocab_mapping()['d2t'].tolist()} {np.flatnonzero(vocab_mapping()['t2d']).tolist()}"
     assert result.stdout.split("\n")[:2] == [expected, expected]
+
+
+def test_jsonl_text_refuses_text_that_would_need_escaping():
+    table = pa.table(
+        {
+            "sample_id": ['ab"}'],
+            "category": ["math"],
+            "prompt_ids": pa.array([[1]], pa.list_(pa.int32())),
+            "output_ids": pa.array([[2]], pa.list_(pa.int32())),
+        }
+    )
+    with pytest.raises(DataGenError, match="sample_id outside the data contract"):
+        jsonl_text(training_rows(table, SeqLimit(), RowCounts()))

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from eagle_datagen.errors import DataGenError
 from eagle_datagen.export import FORMATS
 from eagle_datagen.export.arrow_folder import ArrowFolderWriter
 from eagle_datagen.export.torch_file import tensors_to_torch_bytes
@@ -40,15 +41,23 @@ def _joined(lists: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.binary_join(pc.cast(array, pa.list_(pa.string())), ",")
 
 
+def _plain_text(column: pa.Array, pattern: str, name: str) -> pa.Array:
+    if not pc.all(pc.match_substring_regex(column, pattern)).as_py():
+        raise DataGenError(f"a {name} outside the data contract ({pattern}) is in the shards: not exported")
+    return column
+
+
 def jsonl_text(rows: pa.Table) -> pa.Buffer:
     """The JSON lines of training rows (sample_id, category, input_ids, loss_mask), built by Arrow's string
-    kernels (no Python object per token); sample ids are hex and categories [a-z0-9_-], so nothing needs
-    escaping and the text is what json.dumps writes."""
+    kernels (no Python object per token). Sample ids are hex and categories [a-z0-9_-] (checked), so
+    nothing needs escaping and the text is what json.dumps writes."""
+    sample_ids = _plain_text(rows.column("sample_id").combine_chunks(), "^[0-9a-f]+$", "sample_id")
+    categories = _plain_text(rows.column("category").combine_chunks(), "^[a-z0-9_-]+$", "category")
     parts = [
         '{"sample_id":"',
-        rows.column("sample_id").combine_chunks(),
+        sample_ids,
         '","category":"',
-        rows.column("category").combine_chunks(),
+        categories,
         '","input_ids":[',
         _joined(rows.column("input_ids")),
         '],"loss_mask":[',

@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(REQ_HASH)
 export EAGLE_DATAGEN_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
 
-.PHONY: venv browser compose test test-fast demo demo-cli airflow lint bench constraints clean
+.PHONY: venv speculators-env browser compose test test-fast demo demo-cli airflow lint bench constraints clean
 
 venv: $(STAMP)
 
@@ -20,6 +20,15 @@ $(STAMP): $(REQ_FILES)
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt -c constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
+
+# A side environment with speculators 0.9.0 on torch 2.13.0 (pip gets a CPU build here; elsewhere torch==2.13.0
+# may mean a CUDA build of several GB) for tests/export/test_speculators_e2e.py, which skips without it.
+SPECULATORS_VENV := .venv-speculators
+speculators-env:
+	@test -x $(SPECULATORS_VENV)/bin/python || $(PYTHON) -m venv $(SPECULATORS_VENV)
+	$(SPECULATORS_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(SPECULATORS_VENV)/bin/python -m pip install --quiet --no-deps speculators==0.9.0 hs-connectors==0.9.0
+	$(SPECULATORS_VENV)/bin/python -m pip install --quiet -r tests/export/speculators-env.txt
 
 # Debian's Chromium for the browser test of the Airflow UI (tests/stack/test_browser_ui.py); Playwright's own
 # browser download cannot work here (no access beyond the package registries).

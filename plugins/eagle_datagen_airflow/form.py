@@ -138,6 +138,8 @@ def storage_params(output: str) -> dict[str, Param]:
 
 
 def release_params(output: str, draft_vocab_size: int) -> dict[str, Param]:
+    from eagle_datagen.export import FORMATS
+
     return {
         "draft_vocab_size": Param(
             draft_vocab_size,
@@ -145,6 +147,24 @@ def release_params(output: str, draft_vocab_size: int) -> dict[str, Param]:
             minimum=1,
             title="Draft vocabulary size",
             description="K most frequent trained tokens over the whole release.",
+        ),
+        "export_formats": Param(
+            [],
+            type="array",
+            items={"type": "string", "enum": list(FORMATS)},
+            uniqueItems=True,
+            examples=list(FORMATS),
+            title="Export for trainers",
+            description="Also write the release in these trainers' formats under exports/release=<id>/<format>/ "
+            "(docs/training.md): speculators, specforge, torchspec, hf, jsonl. Empty: no export.",
+        ),
+        "export_max_seq_len": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            title="Export sequence length",
+            description="Cut exported rows to this many tokens, as the trainer would (drops rows left without a "
+            "supervised token). Empty: no cut.",
         ),
         **storage_params(output),
     }

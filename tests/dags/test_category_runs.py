@@ -3,11 +3,13 @@ the Airflow AWS connection, the SGLang deployment as an Airflow connection given
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from eagle_datagen.stats.draft_vocab import DraftVocab
@@ -192,13 +194,19 @@ def test_dry_run_plans_and_generates_nothing(stack):
 
 
 def test_release_dag_assembles_every_published_run_of_each_category(stack, first_run):
-    run, tasks = run_dag("eagle_datagen_release", {"output": stack["output"], "draft_vocab_size": 16})
+    conf = {"output": stack["output"], "draft_vocab_size": 16, "export_formats": ["speculators"]}
+    run, tasks = run_dag("eagle_datagen_release", conf)
     assert run.state == "success", tasks
     release_id = sanitize(run.run_id)
     with reading(stack) as root:
         manifests = list_manifests(root)
         release = json.loads(root.read_bytes(release_key(release_id)))
         vocab = root.read_bytes(release["draft_vocab"]["key"])
+        exported = root.list(f"exports/release={release_id}/speculators/")
+        t2d = root.read_bytes(f"exports/release={release_id}/speculators/t2d-16.npy")
+    # the export task stored the release for speculators, with the release's own draft vocabulary
+    assert {k.rsplit("/", 1)[1] for k in exported} >= {"state.json", "d2t-16.npy", "t2d-16.npy", "sample_ids.txt"}
+    assert np.array_equal(np.load(io.BytesIO(t2d)), DraftVocab.from_safetensors_bytes(vocab).t2d)
     math_runs = sorted(m["run_id"] for m in manifests if m["run_id"].startswith("math-"))
     assert sorted(release["categories"]["math"]["runs"]) == math_runs
     assert sorted(r["run_id"] for r in release["runs"]) == math_runs

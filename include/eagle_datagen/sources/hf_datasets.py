@@ -45,18 +45,25 @@ def hub_source(spec: str, split: str | None, config: str | None) -> SourceFile:
 
 def local_source(path: Path, split: str | None, config: str | None) -> SourceFile | None:
     """The dataset `path` holds, or None when it is no Hugging Face dataset (a plain file or folder)."""
+    kind = _local_kind(path, split, config)
+    if kind is None:
+        return None
+    source = SourceFile(str(path), kind, split, config)
+    _open(source)  # a split or config it does not have fails now
+    return source
+
+
+def _local_kind(path: Path, split: str | None, config: str | None) -> str | None:
     if not path.is_dir():
         return None
     if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-        return SourceFile(str(path), "saved", split, config)
+        return "saved"
     files = [p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")]
     data = [f for f in files if f.endswith((".parquet", ".arrow"))]
     if not data:
         return None
     arrow_or_named = any(f.endswith(".arrow") for f in data) or any(_SPLIT_NAMED.search(f) for f in data)
-    if split is not None or config is not None or arrow_or_named:
-        return SourceFile(str(path), "folder", split, config)
-    return None
+    return "folder" if split is not None or config is not None or arrow_or_named else None
 
 
 def _quiet(datasets: Any) -> None:

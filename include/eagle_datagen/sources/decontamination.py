@@ -62,6 +62,19 @@ class BenchmarkIndex:
         first = np.ones(len(grams), bool)
         first[1:] = grams[1:] != grams[:-1]
         self._grams, self._item_of = grams[first], item_of[first]
+        # A bitmap of the grams' top bits answers most lookups (a prompt's grams are mostly not in any item)
+        # with one gather instead of a binary search; about 1 in 16 misses gets through to the search.
+        self._bits_log2 = int(min(32, max(16, np.ceil(np.log2(max(1, len(self._grams)) * 16)))))
+        self._bitmap = np.zeros(1 << (self._bits_log2 - 3), np.uint8)
+        slots = self._slots(self._grams)
+        np.bitwise_or.at(self._bitmap, slots >> np.uint64(3), np.left_shift(1, slots & np.uint64(7)).astype(np.uint8))
+
+    def _slots(self, grams: np.ndarray) -> np.ndarray:
+        return grams >> np.uint64(64 - self._bits_log2)
+
+    def _maybe_present(self, grams: np.ndarray) -> np.ndarray:
+        slots = self._slots(grams)
+        return (self._bitmap[slots >> np.uint64(3)] >> (slots & np.uint64(7)).astype(np.uint8)) & 1 == 1
 
     @property
     def ngrams(self) -> int:
@@ -76,19 +89,22 @@ class BenchmarkIndex:
 
     def _find_batch(self, batch: Sequence[Sequence[str]]) -> list[Overlap | None]:
         result: list[Overlap | None] = [None] * len(batch)
-        hashes = []
+        joined_words = []
         for i, texts in enumerate(batch):
             per_message = [words(t) for t in texts]
-            joined = [w for ws in per_message for w in ws]
-            for candidate in [*per_message, joined]:
+            joined = per_message[0] if len(per_message) == 1 else [w for ws in per_message for w in ws]
+            for candidate in per_message if len(per_message) == 1 else [*per_message, joined]:
                 index = self._equal.get(" ".join(candidate))
                 if candidate and index is not None:
                     result[i] = Overlap(self.items[index], 0)
                     break
-            hashes.append(self._hasher.hashes(joined))
+            joined_words.append(joined)
+        hashes = self._hasher.hashes_of_texts(joined_words)
         if not len(self._grams):
             return result
         grams, owner = ngram_hashes(hashes, self.n)
+        maybe = self._maybe_present(grams)
+        grams, owner = grams[maybe], owner[maybe]
         at = np.searchsorted(self._grams, grams)
         at[at == len(self._grams)] = 0
         hit = self._grams[at] == grams

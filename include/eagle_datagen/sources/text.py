@@ -19,7 +19,14 @@ _MULTIPLIER = np.uint64(0x100000001B3)  # odd: the polynomial n-gram hash keeps 
 _MAX_CACHED_WORDS = 4_000_000
 
 
+# ASCII text (most prompts) takes a faster path with the same result: every character that is not a letter or
+# a digit becomes a space.
+_ASCII_SEPARATORS = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalnum()})
+
+
 def words(text: str) -> list[str]:
+    if text.isascii():
+        return text.lower().translate(_ASCII_SEPARATORS).split()
     return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
 
 
@@ -42,10 +49,21 @@ class WordHasher:
         return value
 
     def hashes(self, text_words: Sequence[str]) -> np.ndarray:
-        cache, new = self._cache, self._new
-        return np.fromiter(
-            (h if (h := cache.get(w)) is not None else new(w) for w in text_words), np.uint64, len(text_words)
-        )
+        lookup = self._cache.__getitem__
+        try:
+            values = list(map(lookup, text_words))  # one C-level pass when every word was seen before
+        except KeyError:
+            for word in set(text_words).difference(self._cache):
+                self._new(word)
+            values = list(map(lookup, text_words))
+        return np.array(values, np.uint64)
+
+    def hashes_of_texts(self, texts_words: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """`hashes` of each text, computed in one pass over all of them."""
+        flat = [w for ws in texts_words for w in ws]
+        joined = self.hashes(flat)
+        bounds = np.cumsum([len(ws) for ws in texts_words])[:-1]
+        return np.split(joined, bounds) if len(texts_words) else []
 
 
 def ngram_hashes(word_hashes: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eagle_datagen.sources.text import WordHasher, ngram_hashes, words
+from eagle_datagen.sources.text import ngram_hashes, process_hashes, words
 
 DEFAULT_NGRAM = 13
 _BATCH = 2048  # prompts hashed and looked up together
@@ -45,7 +45,6 @@ class BenchmarkIndex:
             raise ValueError(f"n-gram length must be at least 1, got {n}")
         self.n = n
         self.items = list(items)
-        self._hasher = WordHasher()
         self._equal: dict[str, int] = {}
         text_hashes, text_item = [], []
         for index, item in enumerate(self.items):
@@ -53,7 +52,7 @@ class BenchmarkIndex:
                 text_words = words(text)
                 if text_words:
                     self._equal.setdefault(" ".join(text_words), index)
-                    text_hashes.append(self._hasher.hashes(text_words))
+                    text_hashes.append(process_hashes(text_words))
                     text_item.append(index)
         grams, owner = ngram_hashes(text_hashes, n) if text_hashes else (np.zeros(0, np.uint64), np.zeros(0, np.int64))
         item_of = np.asarray(text_item, np.int64)[owner] if len(owner) else np.zeros(0, np.int64)
@@ -99,7 +98,7 @@ class BenchmarkIndex:
                     result[i] = Overlap(self.items[index], 0)
                     break
             joined_words.append(joined)
-        hashes = self._hasher.hashes_of_texts(joined_words)
+        hashes = [process_hashes(ws) for ws in joined_words]
         if not len(self._grams):
             return result
         grams, owner = ngram_hashes(hashes, self.n)

@@ -66,6 +66,12 @@ class WordHasher:
         return np.split(joined, bounds) if len(texts_words) else []
 
 
+def process_hashes(text_words: Sequence[str]) -> np.ndarray:
+    """Python's own 64-bit string hashes: the fastest, but salted per process (PYTHONHASHSEED), so only for
+    hashes that never leave the process and whose exact values decide nothing (exact n-gram membership)."""
+    return np.fromiter(map(hash, text_words), np.int64, len(text_words)).view(np.uint64)
+
+
 def ngram_hashes(word_hashes: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """Hashes of every n-gram of words of each text, and the index of the text each one belongs to. Texts
     shorter than n words have none. One pass over the concatenation: windows across two texts are dropped."""

@@ -225,7 +225,11 @@ def _validate_tool_calls(calls: Any, where: str) -> list[str]:
 
 def _validate_messages(messages: Any, limits: RecordLimits) -> list[dict[str, Any]]:
     if messages is None:
-        raise _Invalid("missing_messages", "the record has no 'messages' field")
+        raise _Invalid(
+            "missing_messages",
+            "the record has no 'messages' field (nor conversations, instruction or prompt): name the source's format "
+            "and columns (format:, columns: in the recipe; --prompts-format, --prompts-column)",
+        )
     if not isinstance(messages, list):
         raise _Invalid("messages_not_list", f"messages must be a list, got {type(messages).__name__}")
     if not messages:

@@ -94,13 +94,8 @@ class SourceFormat:
                 f"the record has the fields of several formats ({fields}): name the source's format "
                 f"({', '.join(present)}) with format: in the recipe or --prompts-format",
             )
-        if not present:
-            raise _Unmappable(
-                "missing_messages",
-                "the record has no 'messages' field (nor conversations, instruction or prompt): name the source's "
-                "format and columns (format:, columns: in the recipe, or --prompts-format and --prompts-column)",
-            )
-        return present[0]
+        # None: the data contract's own checks name what is missing (a category first, then messages).
+        return present[0] if present else "messages"
 
     def convert(self, raw: Any, origin: str) -> Any:
         """The contract-v1 record for `raw` (validated next, by `validate_record`), or a `Reject`."""

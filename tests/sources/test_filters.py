@@ -157,3 +157,15 @@ def test_near_duplicates_from_the_recipe_and_the_command_line(tmp_path, standin_
     assert main([*args, "--near-duplicate-threshold", "0.8"]) == 0
     summary = json.loads((out / "tokenized/_summary.json").read_text())
     assert summary["prompts"] == 1 and summary["sources"][str(prompts)]["rejects"] == {"near_duplicate": 1}
+
+
+def test_a_benchmark_from_a_saved_dataset_split(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    problems = [{"unique_id": "test/algebra/1.json", "problem": " ".join(f"p{i}" for i in range(20))}]
+    datasets.DatasetDict(
+        train=datasets.Dataset.from_list([{"unique_id": "x", "problem": "train only"}]),
+        test=datasets.Dataset.from_list(problems),
+    ).save_to_disk(str(tmp_path / "math500"))
+    source = BenchmarkSource.model_validate({"name": "math500", "path": str(tmp_path / "math500"), "split": "test"})
+    [item] = load_benchmark(source)
+    assert (item.item_id, item.texts) == ("test/algebra/1.json", (problems[0]["problem"],))

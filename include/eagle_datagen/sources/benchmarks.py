@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.records import Reject
 from eagle_datagen.sources.decontamination import BenchmarkItem
+from eagle_datagen.sources.hf_datasets import split_query
 
 TEXT_FIELDS = ("prompt", "question", "problem", "instruction", "turns", "messages", "text", "input")
 ID_FIELDS = ("task_id", "question_id", "unique_id", "id", "idx")
@@ -33,11 +34,15 @@ class BenchmarkSource(BaseModel):
     path: str | None = Field(None, min_length=1)  # None: a shipped set
     field: str | None = Field(None, min_length=1)
     id_field: str | None = Field(None, min_length=1)
+    split: str | None = Field(None, min_length=1)  # Hugging Face datasets: benchmarks are often `test`
+    config: str | None = Field(None, min_length=1)
 
     @model_validator(mode="before")
     @classmethod
     def _shipped_name(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
+        if isinstance(value, str):
+            return {"name": value}
+        return split_query(value) if isinstance(value, dict) else value
 
     @classmethod
     def parse(cls, text: str) -> BenchmarkSource:
@@ -47,9 +52,9 @@ class BenchmarkSource(BaseModel):
         if not name or (sep and not path.strip()):
             raise ConfigError(f"--benchmark {text!r}: give NAME=PATH, or a shipped set ({', '.join(SHIPPED)})")
         try:
-            return cls(name=name, path=path.strip() or None)
-        except ValidationError:
-            raise ConfigError(f"--benchmark {text!r}: NAME must be letters, digits, '_', '.' or '-'") from None
+            return cls.model_validate({"name": name, "path": path.strip() or None})
+        except ValidationError as exc:
+            raise ConfigError(f"--benchmark {text!r}: {exc.errors()[0]['msg']}") from None
 
 
 def load_benchmark(source: BenchmarkSource, base_dir: Path | None = None) -> list[BenchmarkItem]:
@@ -65,7 +70,7 @@ def load_benchmark(source: BenchmarkSource, base_dir: Path | None = None) -> lis
 
     items: list[BenchmarkItem] = []
     without_text = 0
-    for source_file in resolve_source(source.path, base_dir):
+    for source_file in resolve_source(source.path, base_dir, source.split, source.config):
         for number, row in enumerate(read_rows(source_file, None), start=1):
             if isinstance(row, Reject) or not isinstance(row.value, dict):
                 without_text += 1

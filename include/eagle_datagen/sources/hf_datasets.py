@@ -32,6 +32,24 @@ _SPLIT_NAMED = re.compile(r"(^|[/_.-])(train|test|validation|valid|dev|eval)([/_
 DEFAULT_SPLIT = "train"
 
 
+def split_query(value: dict[str, Any]) -> dict[str, Any]:
+    """`hf://datasets/OWNER/NAME?config=C&split=S` in `value["path"]`: split and config moved to their own keys
+    (the command line's way to give them). Raises ValueError for anything else after the `?`."""
+    path = value.get("path")
+    if not isinstance(path, str) or not path.startswith(HUB_PREFIX) or "?" not in path:
+        return value
+    path, _, query = path.partition("?")
+    value = dict(value, path=path)
+    for part in query.split("&"):
+        key, _, item = part.partition("=")
+        if key not in ("split", "config") or not item:
+            raise ValueError(f"bad query {part!r} in {path}: only split=NAME and config=NAME")
+        if value.get(key) not in (None, item):
+            raise ValueError(f"{key} is given twice for {path}")
+        value[key] = item
+    return value
+
+
 def hub_source(spec: str, split: str | None, config: str | None) -> SourceFile:
     if not _HUB.match(spec):
         raise SourceError(

@@ -38,6 +38,7 @@ from eagle_datagen.records import CATEGORY_PATTERN
 from eagle_datagen.sources.benchmarks import BenchmarkSource
 from eagle_datagen.sources.decontamination import DEFAULT_NGRAM
 from eagle_datagen.sources.formats import MAPPABLE_FIELDS, FormatName, HistoryPolicy, SourceFormat
+from eagle_datagen.sources.hf_datasets import split_query
 from eagle_datagen.sources.near_duplicates import DEFAULT_NUM_PERM, DEFAULT_SHINGLE_WORDS, DEFAULT_THRESHOLD
 
 MAX_RECIPE_VALUES = 100_000  # a recipe with thousands of sources is still far below
@@ -90,18 +91,7 @@ class SourceSpec(_Strict):
     @classmethod
     def _query(cls, value: Any) -> Any:
         """`hf://datasets/OWNER/NAME?config=C&split=S`: split and config in the path, as the CLI gives them."""
-        if isinstance(value, dict) and isinstance(value.get("path"), str) and value["path"].startswith("hf://"):
-            path, _, query = value["path"].partition("?")
-            if query:
-                value = dict(value, path=path)
-                for part in query.split("&"):
-                    key, _, item = part.partition("=")
-                    if key not in ("split", "config") or not item:
-                        raise ValueError(f"bad query {part!r} in {path}: only split=NAME and config=NAME")
-                    if value.get(key) not in (None, item):
-                        raise ValueError(f"{key} is given twice for {path}")
-                    value[key] = item
-        return value
+        return split_query(value) if isinstance(value, dict) else value
 
     def source_format(self) -> SourceFormat:
         return SourceFormat(self.format, dict(self.columns), self.history)

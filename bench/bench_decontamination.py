@@ -11,6 +11,7 @@ as in prose), benchmark items of 40-200 words, prompts of 20-300 words; 1% of th
 span of a random benchmark item.
 
     .venv/bin/python bench/bench_decontamination.py      # --prompts 200000 --items 20000 --repeats 3
+                                                          # --near-duplicates 50000: time the MinHash filter too
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=200_000)
     parser.add_argument("--items", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--near-duplicates", type=int, default=0, metavar="N", help="also time the MinHash filter")
     args = parser.parse_args()
     t0 = time.perf_counter()
     bench, prompts, planted = build_inputs(args.prompts, args.items)
@@ -143,6 +145,31 @@ def main() -> None:
             f"| {name} | {build:.2f} | {memory[name]:,.0f} | {find:.2f} | {cpu:.2f} | {len(prompts) / find:,.0f} | "
             f"{len(prompts) / cpu:,.0f} | {base_cpu / cpu:.2f}x |"
         )
+    if args.near_duplicates:
+        near_duplicates(prompts, args.near_duplicates)
+
+
+def near_duplicates(prompts: list[str], count: int) -> None:
+    """The near-duplicate filter (MinHash, default settings) over `count` of the prompts plus a copy of every
+    tenth with one word changed: it must find exactly those copies."""
+    from eagle_datagen.sources.near_duplicates import find_near_duplicates
+
+    texts = prompts[:count]
+    copies = []
+    for i in range(0, count, 10):
+        w = texts[i].split()
+        copies.append(" ".join(w[: len(w) // 2] + ["changed"] + w[len(w) // 2 + 1 :]))
+    wall, cpu = time.perf_counter(), time.process_time()
+    found = find_near_duplicates(texts + copies)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    copied = {count + j for j in range(len(copies)) if len(texts[10 * j].split()) >= 30}
+    flagged = {d.index for d in found}
+    print(
+        f"\nnear-duplicates: {len(texts) + len(copies):,} prompts in {wall:.2f}s wall, {cpu:.2f}s CPU "
+        f"({(len(texts) + len(copies)) / cpu:,.0f} prompts/s of CPU); {len(found):,} found, "
+        f"{len(copied & flagged):,} of the {len(copied):,} one-word copies of prompts of 30+ words, "
+        f"{len(flagged - set(range(count, count + len(copies)))):,} among the originals"
+    )
 
 
 def _cpus() -> int:

@@ -203,6 +203,7 @@ def collect_prompts(
                     candidates.append((len(specs) - 1, outcome))
     progress.finish()
 
+    filtered: set[int] = set()
     for index, reject in _filter(candidates, filters or PromptFilters()):
         spec_index, record = candidates[index]
         reject = replace(reject, source_spec=specs[spec_index].path)
@@ -211,11 +212,11 @@ def collect_prompts(
         if reject.benchmark:
             per_source[reject.source_spec].benchmark_overlaps[reject.benchmark] += 1
         rejects.append(reject)
-        candidates[index] = (spec_index, None)  # type: ignore[assignment]
+        filtered.add(index)
 
     from_source: dict[tuple[int, str], list[PromptRecord]] = defaultdict(list)
-    for spec_index, record in candidates:
-        if record is not None:
+    for index, (spec_index, record) in enumerate(candidates):
+        if index not in filtered:
             from_source[spec_index, record.category].append(record)
     selected: dict[str, list[PromptRecord]] = defaultdict(list)
     source_of: dict[str, str] = {}

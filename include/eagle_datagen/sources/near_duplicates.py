@@ -14,11 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eagle_datagen.sources.recipe import DEFAULT_NUM_PERM, DEFAULT_SHINGLE_WORDS, DEFAULT_THRESHOLD
 from eagle_datagen.sources.text import WordHasher, ngram_hashes, words
 
-DEFAULT_THRESHOLD = 0.7
-DEFAULT_SHINGLE_WORDS = 3
-DEFAULT_NUM_PERM = 128
 _SEED = 20261201
 _TARGET_RECALL = 0.995  # chance that a pair exactly at the threshold becomes a candidate
 

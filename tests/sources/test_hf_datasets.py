@@ -168,3 +168,12 @@ def test_a_100k_row_parquet_dataset_is_streamed_with_bounded_memory(tmp_path):
     print("streamed:", measured)
     assert measured["rows"] == 100_000 and measured["text_mib"] > 90
     assert measured["rss_max_while_reading_mib"] - measured["rss_before_mib"] < 96
+
+
+def test_arrow_files_in_a_dataset_layout(tmp_path):
+    (tmp_path / "arrow" / "train").mkdir(parents=True)
+    table = pa.Table.from_pylist(sharegpt_rows(4))
+    with pa.OSFile(str(tmp_path / "arrow/train/data-00000-of-00001.arrow"), "wb") as sink:
+        with pa.ipc.new_stream(sink, table.schema) as writer:  # the Arrow stream files `datasets` writes
+            writer.write_table(table)
+    assert [p.record_id for p in collect(str(tmp_path / "arrow")).prompts] == ["r0", "r1", "r2", "r3"]

@@ -164,7 +164,8 @@ def test_sharegpt_tool_turns_and_roles(tmp_path):
         ({"category": "c", "text": "hello"}, {}, "missing_messages", "format"),
         ({"category": "c", "question": "hello"}, {"format": "alpaca"}, "missing_field", "'instruction'"),
         ({"category": "c", "conversations": [{"from": "robot", "value": "x"}]}, {}, "unknown_role", "robot"),
-        ({"category": "c", "conversations": "hi"}, {}, "messages_not_list", "conversations"),
+        ({"category": "c", "conversations": 5}, {}, "messages_not_list", "conversations"),
+        ({"category": "c", "conversations": "hi"}, {}, "invalid_json", "conversations is text"),
         ({"category": "c", "conversations": [{"from": "gpt", "value": "only a reply"}]}, {}, "empty_messages", ""),
         ({"category": "c", "instruction": 7}, {}, "content_not_string", "instruction"),
         ({"id": 12, "category": "c", "prompt": ""}, {}, "empty_content", ""),
@@ -175,6 +176,16 @@ def test_unmappable_records_are_rejected_with_their_reason(tmp_path, record, set
     [reject] = result.rejects
     assert reject.reason == reason and detail in reject.detail
     assert result.sources[str(tmp_path / "r.jsonl")].rejects == {reason: 1}
+
+
+def test_llama_factory_tools_as_json_text_with_bare_function_specs(tmp_path):
+    record = {
+        "category": "tool_use",
+        "tools": json.dumps([{"name": "weather", "description": "d", "parameters": {"type": "object"}}]),
+        "conversations": [{"from": "human", "value": "Weather?"}, {"from": "gpt", "value": "Sunny."}],
+    }
+    [prompt] = collect(write_jsonl(tmp_path / "t.jsonl", [record])).prompts
+    assert prompt.tools == [{"type": "function", "function": json.loads(record["tools"])[0]}]
 
 
 def test_numeric_ids_become_record_ids(tmp_path):

@@ -112,6 +112,11 @@ class SourceFormat:
                 reason = "missing_messages" if fmt == "messages" else "missing_field"
                 mapped = f" (mapped from column {column!r})" if column != key else ""
                 raise _Unmappable(reason, f"the {fmt} record has no {key!r} field{mapped}")
+            for name in JSON_FIELDS:  # ShareGPT dumps (LLaMA-Factory's) hold tools as JSON text, even in JSON
+                if isinstance(fields.get(name), str):
+                    fields[name] = _json_text(fields[name], name)
+            if isinstance(fields.get("tools"), list):
+                fields["tools"] = [_wrapped_tool(t) for t in fields["tools"]]
             if isinstance(fields["id"], int) and not isinstance(fields["id"], bool):
                 fields["id"] = str(fields["id"])  # Hugging Face datasets often number their rows
             messages = _CONVERTERS[fmt](fields)
@@ -133,6 +138,23 @@ class SourceFormat:
         if fields.get("tools") is not None:
             record["tools"] = fields["tools"]
         return record
+
+
+def _json_text(text: str, name: str) -> Any:
+    from eagle_datagen.sources.readers import loads_strict
+
+    try:
+        return loads_strict(text)
+    except (ValueError, RecursionError) as exc:
+        raise _Unmappable("invalid_json", f"{name} is text that is not valid JSON: {exc}") from None
+
+
+def _wrapped_tool(tool: Any) -> Any:
+    """A bare function spec ({"name", "description", "parameters"}, as ShareGPT dumps give them) as an OpenAI
+    tool ({"type": "function", "function": {...}})."""
+    if isinstance(tool, dict) and "function" not in tool and isinstance(tool.get("name"), str):
+        return {"type": "function", "function": tool}
+    return tool
 
 
 def _messages(fields: dict[str, Any]) -> Any:

@@ -58,13 +58,6 @@ class WordHasher:
             values = list(map(lookup, text_words))
         return np.array(values, np.uint64)
 
-    def hashes_of_texts(self, texts_words: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        """`hashes` of each text, computed in one pass over all of them."""
-        flat = [w for ws in texts_words for w in ws]
-        joined = self.hashes(flat)
-        bounds = np.cumsum([len(ws) for ws in texts_words])[:-1]
-        return np.split(joined, bounds) if len(texts_words) else []
-
 
 def process_hashes(text_words: Sequence[str]) -> np.ndarray:
     """Python's own 64-bit string hashes: the fastest, but salted per process (PYTHONHASHSEED), so only for

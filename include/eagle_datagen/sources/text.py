@@ -1,5 +1,6 @@
-"""Text as words, for overlap checks (benchmark decontamination, near-duplicates): normalisation and stable
-64-bit hashes of words and word n-grams, vectorised with numpy.
+"""Text as words, for overlap checks (benchmark decontamination, near-duplicates): normalisation, 64-bit hashes
+of words (stable ones for decisions that must repeat across processes, Python's own where only membership
+counts) and of word n-grams, vectorised with numpy.
 
 Normalised text is NFKC, case-folded, and split into runs of letters and digits: punctuation, underscores,
 whitespace and markup do not separate two texts that say the same thing.

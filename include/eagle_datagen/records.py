@@ -272,7 +272,12 @@ def _validate_messages(messages: Any, limits: RecordLimits) -> list[dict[str, An
     if normalised[-1]["role"] not in LAST_ROLES:
         raise _Invalid(
             "last_message_role",
-            f"the last message is from {normalised[-1]['role']!r}; a prompt must end with a user or tool message",
+            f"the last message is from {normalised[-1]['role']!r}; a prompt must end with a user or tool message"
+            + (
+                " (the dataset's own reply? history: keep on the source cuts it)"
+                if normalised[-1]["role"] == "assistant"
+                else ""
+            ),
         )
     return normalised
 

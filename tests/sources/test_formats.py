@@ -161,6 +161,16 @@ def test_sharegpt_tool_turns_and_roles(tmp_path):
     ("record", "settings", "reason", "detail"),
     [
         ({"category": "c", "prompt": "a", "instruction": "b"}, {}, "ambiguous_format", "instruction, prompt"),
+        (  # UltraChat: prompt and messages, the contract first, ending in the dataset's reply
+            {
+                "category": "c",
+                "prompt": "Hi",
+                "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],
+            },
+            {},
+            "last_message_role",
+            "history: keep",
+        ),
         ({"category": "c", "text": "hello"}, {}, "missing_messages", "format"),
         ({"category": "c", "question": "hello"}, {"format": "alpaca"}, "missing_field", "'instruction'"),
         ({"category": "c", "conversations": [{"from": "robot", "value": "x"}]}, {}, "unknown_role", "robot"),

@@ -2,8 +2,9 @@
 into contract-v1 records before validation.
 
 A source names its format (recipe `format:`, `--prompts-format`) or leaves it to detection, per record: a
-record with exactly one of the formats' key fields (`messages`, `conversations`, `instruction`, `prompt`)
-is read in that format; one with several is rejected as `ambiguous_format`. `columns:` maps a format's
+record with `messages` is read as the data contract; otherwise a record with exactly one of the other key
+fields (`conversations`, `instruction`, `prompt`) is read in that format, and one with several is rejected
+as `ambiguous_format`. `columns:` maps a format's
 fields onto the source's own column names (`{prompt: question, id: uid}`).
 
 The original assistant replies are never training data: trailing replies (the answer to the last user
@@ -87,6 +88,8 @@ class SourceFormat:
         if self.name:
             return self.name
         present = [n for n, key in KEY_FIELDS.items() if raw.get(self.column(key)) is not None]
+        if "messages" in present:
+            return "messages"  # the data contract first: a contract record with a `prompt` field stays valid
         if len(present) > 1:
             fields = ", ".join(self.column(KEY_FIELDS[n]) for n in present)
             raise _Unmappable(

@@ -15,15 +15,19 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from eagle_datagen.errors import DataGenError
+from eagle_datagen.sources.formats import FORMAT_NAMES, HISTORY_POLICIES
 
 if TYPE_CHECKING:
     from eagle_datagen.tokenization.stage import TokenizeOptions
 
 EPILOG = """\
 SRC is a file (.jsonl, .jsonl.gz, .parquet, .csv), a folder, a quoted glob or an s3:// URI (a key, a prefix
-or a glob). S3 endpoint and credentials come from the standard AWS environment variables (AWS_ENDPOINT_URL,
-AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY). TOK is a tokenizer directory, a hub id, or standin:kimi-k2.5 for
-the stand-in tokenizer the project builds itself (tests and the demo use it).
+or a glob), or a Hugging Face dataset: a save_to_disk folder, a folder of Parquet or Arrow files in a dataset's
+layout, or hf://datasets/OWNER/NAME[?config=C&split=S] (offline: from the local cache). Records may be
+messages, ShareGPT, Alpaca or prompt-column records (docs/prompt-sources.md). S3 endpoint and credentials
+come from the standard AWS environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
+TOK is a tokenizer directory, a hub id, or standin:kimi-k2.5 for the stand-in tokenizer the project builds
+itself (tests and the demo use it).
 """
 
 
@@ -88,6 +92,15 @@ def _source_spec(text: str) -> str:
     return text
 
 
+def _column_mapping(text: str) -> tuple[str, str]:
+    from eagle_datagen.sources.formats import MAPPABLE_FIELDS
+
+    name, _, column = text.partition("=")
+    if name not in MAPPABLE_FIELDS or not column:
+        raise argparse.ArgumentTypeError(f"{text!r}: give FIELD=COLUMN with FIELD one of {', '.join(MAPPABLE_FIELDS)}")
+    return name, column
+
+
 def _categories(text: str) -> list[str]:
     from eagle_datagen.records import CATEGORY_PATTERN
 
@@ -108,6 +121,28 @@ def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SRC",
         help="prompt records (data contract v1) to read; repeat for several sources. "
         "Each record must carry its own category.",
+    )
+    group.add_argument(
+        "--prompts-format",
+        choices=FORMAT_NAMES,
+        metavar="FORMAT",
+        help=f"format of every --prompts source: {', '.join(FORMAT_NAMES)} (default: detected per record; a recipe "
+        "names format: per source). See docs/prompt-sources.md",
+    )
+    group.add_argument(
+        "--prompts-column",
+        action="append",
+        type=_column_mapping,
+        default=[],
+        metavar="FIELD=COLUMN",
+        help="read a format's FIELD (prompt, instruction, conversations, messages, id, category, system, ...) from "
+        "the sources' COLUMN; repeatable",
+    )
+    group.add_argument(
+        "--prompts-history",
+        choices=HISTORY_POLICIES,
+        help="earlier assistant replies of a conversation: keep them as history (default) or drop them and "
+        "everything after the first user turn; trailing replies are always cut",
     )
     group.add_argument(
         "--recipe",
@@ -132,6 +167,28 @@ def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
         type=_rate,
         metavar="R",
         help="fail when more than this fraction of records is rejected (default: the recipe's, else 0.05)",
+    )
+    group.add_argument(
+        "--benchmark",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="reject prompts whose user text shares a long n-gram with an item of this benchmark set (a file, "
+        "folder or dataset of prompts), or equals one, as benchmark_overlap; repeatable; 'humaneval' alone is "
+        "the shipped HumanEval set (beside the recipe's decontamination.benchmarks)",
+    )
+    group.add_argument(
+        "--benchmark-ngram",
+        type=_positive_int,
+        metavar="N",
+        help="words per n-gram of the benchmark overlap check (default: the recipe's, else 13)",
+    )
+    group.add_argument(
+        "--near-duplicate-threshold",
+        type=_probability,
+        metavar="T",
+        help="reject prompts whose MinHash similarity to a prompt kept before them is at least T, as "
+        "near_duplicate (default: the recipe's near_duplicates, else off; 0.7 is its default threshold)",
     )
     group.add_argument(
         "--max-record-bytes",
@@ -488,6 +545,12 @@ def _tokenize_options(args: argparse.Namespace) -> TokenizeOptions:
         processes=args.processes,
         trust_remote_code=args.trust_remote_code,
         allow_special_token_text=args.allow_special_token_text,
+        prompts_format=args.prompts_format,
+        prompts_columns=dict(args.prompts_column),
+        prompts_history=args.prompts_history,
+        benchmarks=args.benchmark,
+        benchmark_ngram=args.benchmark_ngram,
+        near_duplicate_threshold=args.near_duplicate_threshold,
     )
 
 
@@ -579,7 +642,8 @@ def format_run_summary(summary: dict) -> str:
 def format_tokenize_summary(summary: dict) -> str:
     lines = [
         f"tokenized {summary['prompts']:,} prompts from {summary['records_read']:,} records "
-        f"({summary['rejected']:,} rejected, {summary['duplicates']:,} duplicates, {summary['capped']:,} over caps)",
+        f"({summary['rejected']:,} rejected, {summary['duplicates']:,} duplicates, "
+        f"{summary.get('filtered', 0):,} filtered, {summary['capped']:,} over caps)",
         f"{'category':<16}{'prompts':>9}{'rejected':>10}{'median tokens':>15}{'max tokens':>12}",
     ]
     for name, c in summary["categories"].items():
@@ -587,6 +651,11 @@ def format_tokenize_summary(summary: dict) -> str:
             f"{name:<16}{c['prompts']:>9,}{c['rejected']:>10,}{c['prompt_tokens_median']:>15,.0f}"
             f"{c['prompt_tokens_max']:>12,}"
         )
+    for source, counts in summary.get("sources", {}).items():
+        if counts["rejects"]:
+            reasons = ", ".join(f"{reason} {n:,}" for reason, n in counts["rejects"].items())
+            overlaps = ", ".join(f"{name} {n:,}" for name, n in counts["benchmark_overlaps"].items())
+            lines.append(f"rejects of {source}: {reasons}" + (f" (benchmark overlaps: {overlaps})" if overlaps else ""))
     lines.append(f"output: {summary['output']} ({len(summary['files'])} parquet part(s))")
     if summary["rejects_file"]:
         lines.append(f"rejects: {summary['output'].rstrip('/')}/{summary['rejects_file']}")

@@ -37,6 +37,16 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             description=f"At most this many {category} prompts, chosen deterministically. Empty: every prompt.",
             section=SAMPLING,
         ),
+        "near_duplicate_threshold": Param(
+            recipe.near_duplicates.threshold if recipe.near_duplicates else None,
+            type=["null", "number"],
+            exclusiveMinimum=0,
+            maximum=1,
+            title="Near-duplicate threshold",
+            description="Leave out prompts whose MinHash similarity to a prompt kept before them (in this "
+            "category) is at least this. Empty: off. Default: the recipe's near_duplicates.",
+            section=SAMPLING,
+        ),
         "samples_per_prompt": Param(
             recipe.samples_per_prompt_for(category),
             type="integer",

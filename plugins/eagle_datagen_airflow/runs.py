@@ -105,6 +105,7 @@ def run_config(
         profile=deployment.profile,
         model=deployment.model,
         limit=params["limit"],
+        near_duplicate_threshold=params.get("near_duplicate_threshold"),
         max_new_tokens=params["max_new_tokens"],
         temperature=params["temperature"],
         top_p=params["top_p"],

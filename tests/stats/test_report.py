@@ -143,3 +143,26 @@ def test_the_report_shows_the_share_of_cached_prompt_tokens(kimi_profile):
 
 def pc_lengths(table: pa.Table) -> list[int]:
     return [len(ids) for ids in table["prompt_ids"].to_pylist()]
+def test_prompt_rejects_by_source_with_benchmark_overlaps(run, tmp_path):
+    from eagle_datagen.cli import main
+    from eagle_datagen.stats.prompt_rejects import count_prompt_rejects
+
+    from conftest import user_record, write_jsonl
+
+    prompts = write_jsonl(
+        tmp_path / "p.jsonl",
+        [user_record("The quick brown fox jumps over the lazy dog " * 2), user_record("fine"), {"category": "x"}],
+    )
+    bench = write_jsonl(tmp_path / "b.jsonl", [{"question": "The quick brown fox jumps over the lazy dog " * 2}])
+    out = tmp_path / "out"
+    args = ["tokenize", "--prompts", str(prompts), "--tokenizer", "standin:kimi-k2.5", "--output", str(out)]
+    assert main([*args, "--benchmark", f"pets={bench}", "--max-reject-rate", "0.5"]) == 0
+    counts = count_prompt_rejects((out / "rejects/rejects.jsonl").read_bytes())
+    assert counts["by_source"] == {
+        str(prompts): {"reasons": {"benchmark_overlap": 1, "missing_messages": 1}, "benchmark_overlaps": {"pets": 1}}
+    }
+    assert counts["benchmark_overlaps"] == {"pets": 1}
+    stats = dict(run[0], prompt_rejects=counts)
+    page = render_report(stats, None, "t", {})
+    assert "Prompt rejects by source" in page and "benchmark_overlap: 1" in page and "pets: 1" in page
+    assert report_summary(stats, None, None)["prompt_rejects"] == counts

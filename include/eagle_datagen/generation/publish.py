@@ -26,6 +26,7 @@ from eagle_datagen.generation.checkpoint import load_checkpoints
 from eagle_datagen.generation.plan import RunPlan, shard_requests
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.stats.draft_vocab import build_draft_vocab
+from eagle_datagen.stats.prompt_rejects import count_prompt_rejects
 from eagle_datagen.stats.report import render_report, report_summary
 from eagle_datagen.stats.statistics import TokenCounter, compute_statistics
 from eagle_datagen.storage.manifest import (
@@ -216,6 +217,12 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
                 yield decode_shard(root.read_bytes(entry.key))
 
     statistics = compute_statistics(tables("data"), tables("quarantine"), profile)
+    rejects_payload = (
+        root.read_bytes(rejects_key(plan.run_id))
+        if rejects_key(plan.run_id) in root.list(rejects_key(plan.run_id))
+        else None
+    )
+    statistics["prompt_rejects"] = count_prompt_rejects(rejects_payload or b"")
     draft = None
     if tokens.distinct >= options.draft_vocab_size or options.draft_vocab_required:
         draft = build_draft_vocab(tokens.counts, options.draft_vocab_size)
@@ -246,10 +253,9 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
         artifacts.append(("draft_vocab", "draft_vocab.safetensors", draft.to_safetensors_bytes()))
     for kind, name, payload in artifacts:
         files.append(ManifestFile.of(_put_derived(root, run_artifact_key(plan.run_id, name), payload), kind))  # type: ignore[arg-type]
-    if rejects_key(plan.run_id) in root.list(rejects_key(plan.run_id)):
-        payload = root.read_bytes(rejects_key(plan.run_id))
-        stored = StoredObject(rejects_key(plan.run_id), sha256_hex(payload), len(payload))
-        files.append(ManifestFile.of(stored, "rejects", rows=payload.count(b"\n")))
+    if rejects_payload is not None:
+        stored = StoredObject(rejects_key(plan.run_id), sha256_hex(rejects_payload), len(rejects_payload))
+        files.append(ManifestFile.of(stored, "rejects", rows=rejects_payload.count(b"\n")))
     data_rows = sum(c["data"] for c in by_category.values())
     quarantine_rows = sum(c["quarantine"] for c in by_category.values())
     manifest = Manifest(

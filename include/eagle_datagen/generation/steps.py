@@ -55,6 +55,7 @@ class RunConfig:
     profile: str = "kimi-k2.5"
     model: str | None = None
     limit: int | None = None
+    near_duplicate_threshold: float | None = None  # None: the recipe's near_duplicates
     max_new_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -95,6 +96,7 @@ class RunConfig:
                 categories=self.categories,
                 limit=self.limit,
                 trust_remote_code=self.trust_remote_code,
+                near_duplicate_threshold=self.near_duplicate_threshold,
             ),
             sglang_urls=self.sglang_urls,
             run_id=self.run_id,

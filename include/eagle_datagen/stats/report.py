@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from eagle_datagen.stats.draft_vocab import DraftVocab
+from eagle_datagen.stats.prompt_rejects import prompt_rejects_table
 from eagle_datagen.stats.statistics import ALL, LENGTH_KINDS, token_frequency_summary
 
 SUMMARY_SCHEMA = "eagle-datagen/report-summary/v1"
@@ -379,6 +380,10 @@ def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, 
     else:
         parts.append("<p class='muted'>No token counts were given.</p>")
     parts += [
+        "<h2>Prompt rejects by source</h2>",
+        prompt_rejects_table(stats.get("prompt_rejects")),
+        "<p class='muted'>Prompt records left out before generation: broken records (read, validate, tokenize) "
+        "and, with reason benchmark_overlap or near_duplicate, good ones the recipe filters out.</p>",
         "<h2>Categories</h2>",
         "<div class='cards'>" + "".join(_category_card(n, g) for n, g in _groups(stats)) + "</div>",
         "</main></body></html>",
@@ -408,6 +413,7 @@ def report_summary(stats: dict[str, Any], counts: np.ndarray | None, draft: Draf
         "profile": stats.get("profile"),
         **_compact(stats[ALL]),
         "categories": {name: _compact(group) for name, group in _groups(stats)},
+        "prompt_rejects": stats.get("prompt_rejects"),
         "token_frequency": token_frequency_summary(counts) if counts is not None else None,
         "draft_vocab": None
         if draft is None

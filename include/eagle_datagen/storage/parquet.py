@@ -59,6 +59,13 @@ _SAMPLE_FIELDS = [
     pa.field("model", pa.string(), nullable=False),
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("weight_version", pa.string()),
+    # turns: each (docs/multi-turn.md); null for single-turn samples
+    pa.field("conversation_id", pa.string()),  # stable: from the prompt id and the sample index
+    pa.field("turn_index", pa.int32()),  # 0-based generation step within the conversation
+    pa.field("parent_sample_id", pa.string()),  # the step this one continues; null for the first
+    pa.field("step_kind", pa.string()),  # user_turn | tool_result
+    pa.field("trajectory_end", pa.string()),  # on the conversation's last step: why it stopped
+    pa.field("prompt_drift", pa.string()),  # this prompt vs the parent's prompt_ids + output_ids
 ]
 SAMPLE_SCHEMA = _schema(_SAMPLE_FIELDS)
 QUARANTINE_SCHEMA = _schema(

@@ -36,7 +36,15 @@ SAMPLE_COLUMNS = [
     ("model", pa.string(), False),
     ("run_id", pa.string(), False),
     ("weight_version", pa.string(), True),
+    # turns: each (additive, still v1)
+    ("conversation_id", pa.string(), True),
+    ("turn_index", pa.int32(), True),
+    ("parent_sample_id", pa.string(), True),
+    ("step_kind", pa.string(), True),
+    ("trajectory_end", pa.string(), True),
+    ("prompt_drift", pa.string(), True),
 ]
+CONVERSATION_COLUMNS = [name for name, _, _ in SAMPLE_COLUMNS[-6:]]
 QUARANTINE_EXTRA = [
     ("reject_reason", pa.string(), False),
     ("reject_detail", pa.string(), False),
@@ -65,7 +73,7 @@ def row(i: int, **changes) -> dict:
         "model": "moonshotai/Kimi-K2.5",
         "run_id": "run-1",
         "weight_version": "default",
-    }
+    } | dict.fromkeys(CONVERSATION_COLUMNS)
     return base | changes
 
 

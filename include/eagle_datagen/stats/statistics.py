@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eagle_datagen.profile import ModelProfile
+from eagle_datagen.stats.conversations import ConversationCounts
 
 STATS_SCHEMA = "eagle-datagen/stats/v1"
 ALL = "all"
@@ -250,6 +251,7 @@ def compute_statistics(
     finish_counts: Counter[tuple[str, int, int]] = Counter()  # (outcome, category, finish) -> n
     reject_counts: Counter[tuple[int, int]] = Counter()  # (category, reason) -> n
     quarantined: Counter[int] = Counter()
+    conversations = ConversationCounts()
 
     def count_pairs(cat: np.ndarray, other: np.ndarray) -> Counter[tuple[int, int]]:
         keys, n = np.unique(cat.astype(np.int64) << 32 | other.astype(np.int64), return_counts=True)
@@ -259,6 +261,7 @@ def compute_statistics(
         _require(table, DATA_COLUMNS, "data")
         if table.num_rows == 0:
             continue
+        conversations.add(table)
         cat = categories.encode(table["category"])
         for (c, f), n in count_pairs(cat, finishes.encode(table["finish_reason"])).items():
             finish_counts["data", c, f] += n
@@ -275,6 +278,7 @@ def compute_statistics(
         _require(table, QUARANTINE_COLUMNS, "quarantine")
         if table.num_rows == 0:
             continue
+        conversations.add(table)
         cat = categories.encode(table["category"])
         for (c, f), n in count_pairs(cat, finishes.encode(table["finish_reason"])).items():
             finish_counts["quarantine", c, f] += n
@@ -323,7 +327,8 @@ def compute_statistics(
         }
 
     names = categories.names()
-    return {
+    multi_turn = conversations.to_json()
+    return ({"conversations": multi_turn} if multi_turn else {}) | {
         "schema": STATS_SCHEMA,
         "profile": {
             "name": profile.name,

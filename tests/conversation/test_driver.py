@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 
+from conversation_records import multi_turn_record, tool_loop_record
 from eagle_datagen.conversation.driver import ConversationRunner, conversation_rows, has_ended
 from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.validation.rules import ValidationLimits
-
-from records import multi_turn_record, tool_loop_record
 
 THINK_END, EOS = 163607, 163586
 SECTION, SECTION_END, CALL, ARGS, CALL_END = 163595, 163596, 163597, 163598, 163599

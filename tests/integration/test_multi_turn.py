@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from conversation_records import multi_turn_record, tool_loop_record
 from eagle_datagen.generation.stage import SamplingOverrides, run_generation
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.tokenization.stage import TokenizeOptions
-
-from conftest import REPO, write_jsonl
 from generation_runs import checkpointed_samples, run_cli, run_options
 
-sys.path.insert(0, str(REPO / "tests" / "conversation"))
-from records import multi_turn_record, tool_loop_record  # noqa: E402
+from conftest import write_jsonl
 
 pytestmark = pytest.mark.slow
 THINK_END, EOS = 163607, 163586

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,12 +13,13 @@ import pytest
 
 from conversation_records import multi_turn_record, tool_loop_record
 from eagle_datagen.generation.stage import SamplingOverrides, run_generation
+from eagle_datagen.generation.steps import RunConfig, finalize_step, generate_shard_step, plan_step, preflight_step
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.tokenization.stage import TokenizeOptions
 from generation_runs import checkpointed_samples, run_cli, run_options
 
-from conftest import write_jsonl
+from conftest import REPO, write_jsonl
 
 pytestmark = pytest.mark.slow
 THINK_END, EOS = 163607, 163586
@@ -115,3 +117,32 @@ def test_sigkill_mid_conversation_then_rerun_generates_every_step_exactly_once(t
     assert [(r["sample_id"], r["prompt_ids"], r["output_ids"]) for r in rows] == [
         (r["sample_id"], r["prompt_ids"], r["output_ids"]) for r in reference
     ]
+
+
+def test_demo_multiturn_recipe_through_the_orchestrator_steps(tmp_path, sim):
+    """The Airflow path (generation/steps.py): each shard is one task that renders its own steps."""
+    config = RunConfig(
+        output=str(tmp_path / "out"),
+        tokenizer="standin:kimi-k2.5",
+        sglang_urls=[sim.url],
+        run_id="demo",
+        recipe=str(REPO / "include" / "recipes" / "demo_multiturn.yaml"),
+        shard_size=3,
+        canary=False,
+        draft_vocab_size=16,
+    ).to_dict()
+    servers = preflight_step(config)
+    plan = plan_step(config, servers)
+    for shard in plan["shards"]:
+        generate_shard_step(config, servers, shard)
+    assert finalize_step(config)["published"]
+    rows = stored_rows(tmp_path / "out", "demo")
+    by_category: dict[str, list[dict]] = {}
+    for row in rows:
+        by_category.setdefault(row["category"], []).append(row)
+    sources = [json.loads(line) for line in (REPO / "include" / "data" / "demo_prompts" / "multi_turn.jsonl").open()]
+    user_turns = sum(1 for r in sources for m in r["messages"] if m["role"] == "user")
+    assert len(by_category["multi_turn"]) == user_turns  # every user turn answered once
+    ends = Counter(r["trajectory_end"] for r in by_category["agentic"] if r["trajectory_end"])
+    assert ends == {"complete": 4, "no_recorded_result": 1}  # the currency call is never made first
+    assert max(r["turn_index"] for r in by_category["agentic"]) == 3  # three recorded calls in a row

@@ -77,7 +77,8 @@ class Trajectory:
 
     @classmethod
     def of(cls, messages: list[dict[str, Any]], max_tool_steps: int) -> Trajectory:
-        return cls(split_turns(messages), max_tool_steps)
+        # a source without a user message (a system prompt and a tool result) has one step: its last answer
+        return cls(split_turns(messages) or [Turn(list(messages), [])], max_tool_steps)
 
     def first_step(self) -> NextStep:
         self.history = list(self.turns[0].context)

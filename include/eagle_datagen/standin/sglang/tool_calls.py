@@ -1,8 +1,8 @@
 """Tool calls in the Kimi format from the stand-in (`tool_calls: true`, with a tokenizer).
 
 A prompt whose chat template declared tools (`<|im_system|>tool_declare<|im_middle|>{json}<|im_end|>`) gets,
-for as long as some declared tool has not been called since the last user message, an answer that calls
-the next one in declaration order: its reasoning, `</think>`, then
+for as long as some declared tool has not been called in the conversation, an answer that calls the next
+one in declaration order: its reasoning, `</think>`, then
 `<|tool_calls_section_begin|><|tool_call_begin|>functions.{name}:{n}<|tool_call_argument_begin|>{json}
 <|tool_call_end|><|tool_calls_section_end|><|im_end|>`. Once every tool was called, it answers plainly. So a
 record that recorded its calls in declaration order is continued to the end, and one that did not ends
@@ -17,7 +17,6 @@ from typing import Any
 from eagle_datagen.standin.sglang.text import TextCodec
 
 DECLARE = "<|im_system|>tool_declare<|im_middle|>"
-USER = "<|im_user|>"
 CALL_BEGIN = "<|tool_call_begin|>"
 
 
@@ -49,7 +48,7 @@ def tool_call_tail(codec: TextCodec, prompt_ids: list[int], eos_id: int) -> list
     tools = declared_tools(text)
     if not tools:
         return None
-    called = text[text.rfind(USER) :].count(CALL_BEGIN) if USER in text else 0
+    called = text.count(CALL_BEGIN)  # the template keeps earlier calls in the history
     if called >= len(tools):
         return None
     function = tools[called]["function"]

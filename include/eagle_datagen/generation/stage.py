@@ -264,7 +264,9 @@ async def generate_pending(
 
             return run
 
-        # conversations first: they are the long jobs, and starting them early shortens the drain
+        # conversations first, the longest first: they are the long jobs, and starting them early shortens the
+        # drain (the last jobs running alone while slots sit idle)
+        conversations.sort(key=lambda j: -sum(m["role"] == "user" for m in j.messages))
         jobs = itertools.chain((conversation_job(j) for j in conversations), (sample_job(r) for r in pending))
         await run_jobs(jobs, pool.total_window)
         progress.finish()

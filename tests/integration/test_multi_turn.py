@@ -88,6 +88,7 @@ def test_tool_loop_of_three_recorded_calls_is_continued_three_times(tmp_path, si
     statistics = json.loads((tmp_path / "out" / "manifests" / "run=r.statistics.json").read_text())
     assert statistics["conversations"]["trajectory_end"] == {"complete": 1}
     assert sum(statistics["conversations"]["prompt_drift"]["tool_result"].values()) == 3
+    assert "<h2>Conversations</h2>" in (tmp_path / "out" / "manifests" / "run=r.report.html").read_text()
 
 
 def test_mismatching_call_ends_the_trajectory_with_its_reason(tmp_path, sim):

@@ -123,3 +123,22 @@ def test_max_tool_steps_ends_the_trajectory(tokenizer, kimi_profile):
     outputs = [calling(tokenizer, "a"), calling(tokenizer, "b"), calling(tokenizer, "c")]
     _, steps, _ = run(tokenizer, kimi_profile, tool_loop_record(["a", "b", "c"]), outputs, max_tool_steps=2)
     assert ends(steps) == [None, None, "max_tool_steps"]
+
+
+class FailingTemplate:
+    """The stand-in tokenizer whose template raises (as a template's raise_exception does)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def apply_chat_template(self, *args, **kwargs):
+        raise ValueError("this template only takes alternating roles")
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+
+def test_a_first_step_the_template_cannot_render_is_recorded_not_dropped(tokenizer, kimi_profile):
+    ended, steps, client = run(FailingTemplate(tokenizer), kimi_profile, multi_turn_record(2), [])
+    assert ended and ends(steps) == ["template_error"] and not client.prompts
+    assert steps[0]["error"].startswith("template_error: this template only takes alternating roles")

@@ -91,7 +91,12 @@ class ConversationRunner:
         """Generate the conversation's missing steps; True when it has ended (False: left for a rerun)."""
         stored = self.stored.get(job.shard, {})
         trajectory = Trajectory.of(job.messages, job.max_tool_steps)
-        prompt_ids = self.render(trajectory.first_step().messages, job.tools)
+        try:
+            prompt_ids = self.render(trajectory.first_step().messages, job.tools)
+        except Exception as exc:  # templates may raise anything: record it (quarantined), never drop it
+            if job.first_sample_id not in stored:
+                await self.add_row(job.shard, self._unrendered(job, f"template_error: {exc}"))
+            return True
         kind: StepKind = "user_turn"
         parent: str | None = None
         drift: str | None = None
@@ -137,6 +142,32 @@ class ConversationRunner:
             drift = prompt_drift(prompt_ids, saved["output_ids"], next_ids, self.profile.think_end.id)
             parent, prompt_ids, kind = sample_id, next_ids, next_kind
             turn_index += 1
+
+    @staticmethod
+    def _unrendered(job: ConversationJob, error: str) -> dict[str, Any]:
+        """The first step of a conversation whose prompt the template could not render: never sent."""
+        return {
+            "sample_id": job.first_sample_id,
+            "prompt_id": job.prompt_id,
+            "sample_index": job.sample_index,
+            "shard": job.shard,
+            "output_ids": [],
+            "finish_reason": {},
+            "meta_info": {},
+            "endpoint": "",
+            "attempts": 0,
+            "error": error,
+            "prompt_ids": [],
+            "sampling": job.step_sampling(0),
+            "conversation": {
+                "conversation_id": job.conversation_id,
+                "turn_index": 0,
+                "parent_sample_id": None,
+                "step_kind": "user_turn",
+                "trajectory_end": "template_error",
+                "prompt_drift": None,
+            },
+        }
 
 
 def conversation_rows(done: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -202,8 +202,12 @@ def pending_conversations(
     for index in shard_indices:
         if not is_conversation_shard(plan, index):
             continue
-        stored[index] = load_checkpoints(root, plan.run_id, index)
-        ended = {cid for cid, steps in conversation_rows(stored[index]).items() if has_ended(steps)}
+        rows = load_checkpoints(root, plan.run_id, index)
+        ended = {cid for cid, steps in conversation_rows(rows).items() if has_ended(steps)}
+        # keep only the steps of conversations to continue: memory holds the interrupted ones, not the run
+        stored[index] = {
+            k: r for k, r in rows.items() if (r.get("conversation") or {}).get("conversation_id") not in ended
+        }
         jobs += [job for job in shard_conversations(root, plan, index) if job.conversation_id not in ended]
     return jobs, stored
 

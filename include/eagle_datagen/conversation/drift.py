@@ -5,7 +5,8 @@
 - `reasoning_dropped`: the template closed the parent's turn with an empty `<think></think>` (K2.5 does
   this for turns before the last plain answer: expected for a new user turn, a template fault in a tool loop);
 - `reencoded`: the decoded answer re-encodes to other ids;
-- `history_changed`: the parent's prompt itself is no longer a prefix (the template re-rendered history).
+- `history_changed`: the parent's prompt itself is no longer a prefix (the template re-rendered history:
+  K2.5 does this on the user turn after a tool loop, dropping the loop's reasoning).
 """
 
 from __future__ import annotations

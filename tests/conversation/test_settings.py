@@ -41,3 +41,16 @@ def test_a_plan_written_before_the_setting_loads_as_single_turn():
     }
     plan = RunPlan.from_json(raw)
     assert plan.categories["chat"] == CategorySettings({"temperature": 1.0}, 1, "last", 8)
+
+
+def test_tool_loop_drift_is_diagnosed_with_its_cause():
+    from eagle_datagen.stats.conversations import tool_loop_drift_warning
+
+    assert (
+        tool_loop_drift_warning({"prompt_drift": {"tool_result": {"none": 5}, "user_turn": {"reasoning_dropped": 3}}})
+        is None
+    )
+    reencoded = tool_loop_drift_warning({"prompt_drift": {"tool_result": {"none": 2, "reencoded": 1}}})
+    assert reencoded.startswith("1 of 3 tool_result steps") and "round-trip" in reencoded
+    dropped = tool_loop_drift_warning({"prompt_drift": {"tool_result": {"reasoning_dropped": 4}}})
+    assert "the chat template drops or re-renders turns of the current tool loop" in dropped

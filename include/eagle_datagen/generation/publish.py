@@ -26,6 +26,7 @@ from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.checkpoint import load_checkpoints
 from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_requests
 from eagle_datagen.profile import ModelProfile
+from eagle_datagen.stats.conversations import tool_loop_drift_warning
 from eagle_datagen.stats.draft_vocab import build_draft_vocab
 from eagle_datagen.stats.report import render_report, report_summary
 from eagle_datagen.stats.statistics import TokenCounter, compute_statistics
@@ -244,6 +245,9 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
                 yield decode_shard(root.read_bytes(entry.key))
 
     statistics = compute_statistics(tables("data"), tables("quarantine"), profile)
+    drift = tool_loop_drift_warning(statistics.get("conversations"))
+    if drift is not None:
+        log.warning("run %s: %s", plan.run_id, drift)
     draft = None
     if tokens.distinct >= options.draft_vocab_size or options.draft_vocab_required:
         draft = build_draft_vocab(tokens.counts, options.draft_vocab_size)

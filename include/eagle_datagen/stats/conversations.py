@@ -50,3 +50,23 @@ class ConversationCounts:
             "trajectory_end": ordered(self.ends),
             "prompt_drift": {kind: ordered(c) for kind, c in sorted(self.drift.items())},
         }
+
+
+def tool_loop_drift_warning(conversations: dict[str, Any] | None) -> str | None:
+    """A run-level diagnosis: inside a tool loop the re-rendered prompt must extend the previous step's ids
+    (K2.5 keeps the loop's reasoning), so any other drift there names a template or tokenizer problem."""
+    drift = ((conversations or {}).get("prompt_drift") or {}).get("tool_result") or {}
+    total = sum(drift.values())
+    off = {kind: n for kind, n in drift.items() if kind != "none"}
+    if not off:
+        return None
+    kinds = ", ".join(f"{kind} {n}" for kind, n in off.items())
+    cause = (
+        "the chat template drops or re-renders turns of the current tool loop"
+        if set(off) - {"reencoded"}
+        else "decoded outputs re-encode to other ids (the tokenizer does not round-trip them)"
+    )
+    return (
+        f"{sum(off.values())} of {total} tool_result steps do not extend their parent's prompt_ids + output_ids "
+        f"({kinds}): {cause}; serving concatenates ids, so these prompts differ from what the model saw"
+    )

@@ -69,11 +69,9 @@ def baseline(loaded: LoadedTokenizer, records: Sequence[PromptRecord]) -> Ids:
             ids.update((r.prompt_id, list(x)) for r, x in zip(plain, batch, strict=True))
         for r in chunk:
             if r.tools:
-                ids[r.prompt_id] = list(
-                    tok.apply_chat_template(
-                        r.messages, tools=r.tools, add_generation_prompt=True, tokenize=True, return_dict=False
-                    )
-                )
+                ids[r.prompt_id] = list(tok.apply_chat_template(
+                    r.messages, tools=r.tools, add_generation_prompt=True, tokenize=True, return_dict=False
+                ))
     return ids
 
 
@@ -112,16 +110,12 @@ def main() -> None:
             if expected is None:
                 expected = ids
             assert ids == expected, f"{name} differs from the baseline"
-        print(
-            f"repeat {repeat + 1}/{args.repeats}: " + ", ".join(f"{name} {t[-1]:.2f}s" for name, t in times.items()),
-            flush=True,
-        )
+        print(f"repeat {repeat + 1}/{args.repeats}: "
+              + ", ".join(f"{name} {t[-1]:.2f}s" for name, t in times.items()), flush=True)
 
-    print(
-        f"\npython {platform.python_version()}, transformers {transformers.__version__}, "
-        f"tokenizers {tokenizers.__version__}, {os.cpu_count()} CPUs, N={args.prompts:,} prompts, "
-        f"{args.repeats} repeats, {sum(len(v) for v in expected.values()):,} tokens, ids identical\n"
-    )
+    print(f"\npython {platform.python_version()}, transformers {transformers.__version__}, "
+          f"tokenizers {tokenizers.__version__}, {os.cpu_count()} CPUs, N={args.prompts:,} prompts, "
+          f"{args.repeats} repeats, {sum(len(v) for v in expected.values()):,} tokens, ids identical\n")
     base_rate = args.prompts / statistics.median(times["baseline (plain loop)"])
     print("| variant | median wall (s) | prompts/s | vs baseline |")
     print("|---|---:|---:|---:|")

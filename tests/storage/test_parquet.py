@@ -260,3 +260,14 @@ def test_shards_are_compressed():
     assert outputs.total_compressed_size / output_tokens < 2.5
     assert len(data) / all_tokens < 2.5
     assert decode_shard(data).to_pylist() == rows
+
+
+def test_a_shard_written_before_the_conversation_columns_still_decodes():
+    """The multi-turn columns are additive: an earlier v1 shard reads back with them null."""
+    table = samples_table(rows_with_nulls())
+    older = table.drop_columns(CONVERSATION_COLUMNS).replace_schema_metadata(SAMPLE_SCHEMA.metadata)
+    sink = pa.BufferOutputStream()
+    pq.write_table(older, sink)
+    decoded = decode_shard(sink.getvalue().to_pybytes())
+    assert decoded.schema.equals(SAMPLE_SCHEMA, check_metadata=True)
+    assert decoded.to_pylist() == rows_with_nulls()

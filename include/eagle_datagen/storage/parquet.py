@@ -78,6 +78,12 @@ QUARANTINE_SCHEMA = _schema(
     ]
 )
 
+# Columns added to contract v1 after its first shards were written (nullable): a shard without them is
+# still v1, and decode_shard gives them back as nulls.
+ADDED_COLUMNS = frozenset(
+    {"conversation_id", "turn_index", "parent_sample_id", "step_kind", "trajectory_end", "prompt_drift"}
+)
+
 # columns whose values may be given as a mapping and are stored as JSON text (sorted keys)
 JSON_COLUMNS = frozenset({"sampling", "finish_detail"})
 TOKEN_COLUMNS = ("prompt_ids", "output_ids")
@@ -180,5 +186,20 @@ def decode_shard(data: bytes) -> pa.Table:
         raise ValueError(
             f"not a data contract v{CONTRACT_VERSION} shard: schema metadata {CONTRACT_KEY!r} is {version!r}"
         )
+    table = _with_added_columns(table)
     # Parquet names list values "element"; the cast gives back Arrow's "item" of the schema (no copy)
     return table.cast(_contract_schema(table.schema))
+
+
+def _with_added_columns(table: pa.Table) -> pa.Table:
+    """A shard written before ADDED_COLUMNS existed, with them as null columns in the schema's order."""
+    names = set(table.column_names)
+    for schema in (SAMPLE_SCHEMA, QUARANTINE_SCHEMA):
+        missing = [f for f in schema if f.name not in names]
+        if not missing or not {f.name for f in missing} <= ADDED_COLUMNS or names - set(schema.names):
+            continue
+        columns = [
+            table.column(f.name).cast(f.type) if f.name in names else pa.nulls(table.num_rows, f.type) for f in schema
+        ]
+        return pa.Table.from_arrays(columns, schema=schema)
+    return table

@@ -58,7 +58,6 @@ class ConversationRunner:
         self.limits = limits
         self.add_row = add_row
         self.stored = stored
-        self.steps_generated = 0
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         """The template's text, encoded without added special tokens: what apply_chat_template(tokenize=True)
@@ -69,7 +68,9 @@ class ConversationRunner:
             return backend.encode(text, add_special_tokens=False).ids
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def _next_prompt(self, trajectory: Trajectory, job: ConversationJob, saved: dict[str, Any], prompt_ids: list[int]):
+    def _next_prompt(
+        self, trajectory: Trajectory, job: ConversationJob, saved: dict[str, Any], prompt_ids: list[int]
+    ) -> tuple[str | None, list[int] | None, StepKind | None]:
         """(end reason, None, None) or (None, next prompt ids, next step kind)."""
         if saved["error"]:
             return "error", None, None
@@ -135,7 +136,6 @@ class ConversationRunner:
                     },
                 }
                 await self.add_row(job.shard, saved)
-                self.steps_generated += 1
             if end is not None:
                 return True
             assert next_ids is not None and next_kind is not None

@@ -47,14 +47,22 @@ def calling(tokenizer, *names: str) -> list[int]:
     return ids + [SECTION_END, EOS]
 
 
-def run(tokenizer, profile, record: dict[str, Any], outputs: list[list[int]], max_tool_steps: int = 8):
+def run(
+    tokenizer,
+    profile,
+    record: dict[str, Any],
+    outputs: list[list[int]],
+    max_tool_steps: int = 8,
+    stored: list[dict[str, Any]] = (),
+):
     client = ScriptedClient(outputs)
     rows: list[dict[str, Any]] = []
 
     async def add_row(shard: int, row: dict[str, Any]) -> None:
         rows.append(row)
 
-    runner = ConversationRunner(client, tokenizer, profile, ValidationLimits(), add_row, {})  # type: ignore[arg-type]
+    done = {0: {r["sample_id"]: r for r in stored}}
+    runner = ConversationRunner(client, tokenizer, profile, ValidationLimits(), add_row, done)  # type: ignore[arg-type]
     job = ConversationJob(
         "p" * 64,
         None,
@@ -67,7 +75,7 @@ def run(tokenizer, profile, record: dict[str, Any], outputs: list[list[int]], ma
         max_tool_steps,
     )
     ended = asyncio.run(runner.run(job))
-    steps = conversation_rows({r["sample_id"]: r for r in rows})[job.conversation_id]
+    steps = conversation_rows({r["sample_id"]: r for r in [*stored, *rows]})[job.conversation_id]
     return ended, steps, client
 
 
@@ -142,3 +150,12 @@ def test_a_first_step_the_template_cannot_render_is_recorded_not_dropped(tokeniz
     ended, steps, client = run(FailingTemplate(tokenizer), kimi_profile, multi_turn_record(2), [])
     assert ended and ends(steps) == ["template_error"] and not client.prompts
     assert steps[0]["error"].startswith("template_error: this template only takes alternating roles")
+
+
+def test_a_rerun_replays_stored_steps_and_sends_only_the_missing_ones(tokenizer, kimi_profile):
+    record = multi_turn_record(3)
+    _, first, client = run(tokenizer, kimi_profile, record, [answer(tokenizer, f"A{k}") for k in range(3)])
+    _, again, resumed = run(tokenizer, kimi_profile, record, [answer(tokenizer, "A2")], stored=first[:2])
+    assert resumed.prompts == client.prompts[2:]  # the third step's prompt, rebuilt from the stored answers
+    assert [s["sample_id"] for s in again] == [s["sample_id"] for s in first]
+    assert ends(again) == [None, None, "complete"]

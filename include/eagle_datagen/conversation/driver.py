@@ -69,12 +69,19 @@ class ConversationRunner:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _next_prompt(
-        self, trajectory: Trajectory, job: ConversationJob, saved: dict[str, Any], prompt_ids: list[int]
+        self,
+        trajectory: Trajectory,
+        job: ConversationJob,
+        saved: dict[str, Any],
+        prompt_ids: list[int],
+        replayed: bool = False,
     ) -> tuple[str | None, list[int] | None, StepKind | None]:
-        """(end reason, None, None) or (None, next prompt ids, next step kind)."""
+        """(end reason, None, None) or (None, next prompt ids, next step kind). A replayed step (stored by an
+        earlier invocation without an end) was judged then: it is not validated again, so a rerun with other
+        validation limits still continues the conversation it stored."""
         if saved["error"]:
             return "error", None, None
-        if validate_sample(validation_row(prompt_ids, saved), self.profile, self.limits) is not None:
+        if not replayed and validate_sample(validation_row(prompt_ids, saved), self.profile, self.limits) is not None:
             return "quarantined", None, None
         following = trajectory.after_answer(parse_output(self.tokenizer, saved["output_ids"], self.profile))
         if isinstance(following, str):
@@ -106,6 +113,8 @@ class ConversationRunner:
             sample_id = job.step_sample_id(turn_index)
             saved = stored.get(sample_id)
             fresh = saved is None
+            if saved is not None and saved["conversation"]["trajectory_end"] is not None:
+                return True  # ended by an earlier invocation
             if saved is None:
                 request = SampleRequest(
                     sample_id,
@@ -121,7 +130,7 @@ class ConversationRunner:
                 if result.retryable:
                     return False
                 saved = result.to_checkpoint()
-            end, next_ids, next_kind = self._next_prompt(trajectory, job, saved, prompt_ids)
+            end, next_ids, next_kind = self._next_prompt(trajectory, job, saved, prompt_ids, replayed=not fresh)
             if fresh:
                 saved |= {
                     "prompt_ids": prompt_ids,

@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(REQ_HASH)
 export EAGLE_DATAGEN_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
 
-.PHONY: venv speculators-env browser compose test test-fast demo demo-cli airflow lint bench constraints clean
+.PHONY: venv speculators-env browser compose test test-fast demo demo-cli demo-multiturn airflow lint bench constraints clean
 
 venv: $(STAMP)
 
@@ -58,6 +58,9 @@ demo: venv  ## the main job through Airflow on the embedded default: SeaweedFS, 
 demo-cli: venv  ## the same job without Airflow (the `eagle-datagen run` path), in seconds
 	$(BIN)/python -m eagle_datagen.demo --output .demo-cli
 
+demo-multiturn: venv  ## multi-turn and agentic conversations on-policy, without Airflow (docs/multi-turn.md)
+	$(BIN)/python -m eagle_datagen.demo --multi-turn --output .demo-multiturn
+
 PORT ?= 8080
 airflow: venv  ## the demo's stack with Airflow's UI on 127.0.0.1:$(PORT), until Ctrl-C
 	$(BIN)/python -m eagle_datagen_stack.ui --port $(PORT)
@@ -73,4 +76,4 @@ constraints: venv  ## re-pin the full dependency tree after changing requirement
 	  $(BIN)/python -m pip freeze --exclude-editable | grep -v '^eagle-datagen' ) > constraints.txt
 
 clean:
-	rm -rf .demo .demo-cli .pytest_cache .ruff_cache
+	rm -rf .demo .demo-cli .demo-multiturn .pytest_cache .ruff_cache

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from eagle_datagen.conversation import TURNS
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.sources.formats import FORMAT_NAMES, HISTORY_POLICIES
 
@@ -379,6 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="samples per prompt, each with its own seed (default: the recipe's, else 1)",
     )
+    sampling.add_argument(
+        "--turns",
+        choices=TURNS,
+        help="last: one sample per record (the last answer); each: one sample per assistant turn, generated "
+        "on-policy with tool loops continued from recorded results (default: the recipe's, else last; "
+        "docs/multi-turn.md)",
+    )
     output = run.add_argument_group("output, shards and resume")
     output.add_argument(
         "--output", required=True, metavar="ROOT", help="output root: a local folder or s3://bucket/prefix"
@@ -584,6 +592,7 @@ def _run(args: argparse.Namespace) -> int:
                 top_p=args.top_p,
                 top_k=args.top_k,
                 samples_per_prompt=args.samples_per_prompt,
+                turns=args.turns,
             ),
             shard_size=args.shard_size,
             concurrency=args.concurrency,

@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from eagle_datagen.conversation import TURNS
 from eagle_datagen.sources.recipe import Recipe
 
 SAMPLING = "Prompts and sampling"
@@ -54,6 +55,15 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             maximum=64,
             title="Samples per prompt",
             description="Generations per prompt, each with its own sampling seed (1-64).",
+            section=SAMPLING,
+        ),
+        "turns": Param(
+            recipe.turns_for(category),
+            type="string",
+            enum=list(TURNS),
+            title="Turns",
+            description="last: one sample per record (its last answer). each: one sample per assistant turn, "
+            "generated on-policy, tool loops continued with the recorded tool results (docs/multi-turn.md).",
             section=SAMPLING,
         ),
         "temperature": _number(

@@ -110,6 +110,7 @@ def run_config(
         temperature=params["temperature"],
         top_p=params["top_p"],
         samples_per_prompt=params["samples_per_prompt"],
+        turns=params.get("turns"),
         shard_size=params["shard_size"],
         concurrency=deployment.concurrency,
         incremental=not params["force_regenerate"],

@@ -244,3 +244,22 @@ def test_report_needs_a_logged_in_user(first_run):
     from eagle_datagen_airflow.report_view import app
 
     assert TestClient(app).get(f"/report/eagle_datagen__math/{first_run['run'].run_id}").status_code == 401
+
+
+def test_turns_each_from_the_trigger_form_gives_one_row_per_user_turn(stack):
+    """The form's `turns` reaches the plan; each shard task generates its conversations step by step."""
+    output = stack["output"] + "-turns"
+    run, tasks = run_dag("eagle_datagen__chat", RUN_CONF | {"output": output, "turns": "each"})
+    assert run.state == "success", tasks
+    sources = [json.loads(line) for line in _lines("chat", 0, PROMPTS["chat"])]
+    user_turns = sum(m["role"] == "user" for r in sources for m in r["messages"])
+    with reading(stack | {"output": output}) as root:
+        [manifest] = list_manifests(root)
+        rows = [
+            row
+            for f in manifest["files"]
+            if f["kind"] in ("data", "quarantine")
+            for row in decode_shard(root.read_bytes(f["key"])).to_pylist()
+        ]
+    assert len(rows) == user_turns and len({r["conversation_id"] for r in rows}) == PROMPTS["chat"]
+    assert {(r["turn_index"], r["step_kind"], r["trajectory_end"]) for r in rows} == {(0, "user_turn", "complete")}

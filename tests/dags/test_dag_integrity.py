@@ -109,6 +109,7 @@ def _validate(dag, conf: dict):
         ({"limit": 0}, "limit: 0 is less than the minimum of 1"),
         ({"output": "relative/folder"}, "output: 'relative/folder' does not match"),
         ({"dry_run": "yes"}, "dry_run: 'yes' is not of type 'boolean'"),
+        ({"turns": "all"}, "turns: 'all' is not one of \\['last', 'each'\\]"),
         ({"sglang_conn_id": ""}, "sglang_conn_id: '' should be non-empty"),
     ],
 )
@@ -122,7 +123,7 @@ def test_bad_values_are_refused_with_the_field_named(bag, conf, message):
 def test_good_values_pass(bag):
     _validate(
         bag.get_dag("eagle_datagen__math"),
-        {"top_p": 1, "temperature": 0, "limit": 5, "samples_per_prompt": 64, "output": "/data/eagle"},
+        {"top_p": 1, "temperature": 0, "limit": 5, "samples_per_prompt": 64, "output": "/data/eagle", "turns": "each"},
     )
     _validate(bag.get_dag("eagle_datagen__math"), {"limit": None, "output": "s3://eagle/datagen/v2"})
 

@@ -43,7 +43,18 @@ QUARANTINE_EXTRA = [
     ("finish_detail", pa.string(), True),
     ("error", pa.string(), True),
 ]
-ADDED = [("cached_tokens", pa.int32(), True)]  # added to v1 later: last in both schemas
+# added to v1 later: last in both schemas
+ADDED = [
+    ("cached_tokens", pa.int32(), True),
+    # turns: each
+    ("conversation_id", pa.string(), True),
+    ("turn_index", pa.int32(), True),
+    ("parent_sample_id", pa.string(), True),
+    ("step_kind", pa.string(), True),
+    ("trajectory_end", pa.string(), True),
+    ("prompt_drift", pa.string(), True),
+]
+CONVERSATION_COLUMNS = [name for name, _, _ in ADDED[1:]]
 SAMPLING = json.dumps({"max_new_tokens": 2048, "temperature": 1.0}, sort_keys=True)
 
 
@@ -67,7 +78,7 @@ def row(i: int, **changes) -> dict:
         "run_id": "run-1",
         "weight_version": "default",
         "cached_tokens": 3,
-    }
+    } | dict.fromkeys(CONVERSATION_COLUMNS)
     return base | changes
 
 
@@ -268,3 +279,14 @@ def test_shards_are_compressed():
     assert outputs.total_compressed_size / output_tokens < 2.5
     assert len(data) / all_tokens < 2.5
     assert decode_shard(data).to_pylist() == rows
+
+
+def test_a_shard_written_before_the_conversation_columns_still_decodes():
+    """The multi-turn columns are additive: an earlier v1 shard reads back with them null."""
+    table = samples_table(rows_with_nulls())
+    older = table.drop_columns(CONVERSATION_COLUMNS).replace_schema_metadata(SAMPLE_SCHEMA.metadata)
+    sink = pa.BufferOutputStream()
+    pq.write_table(older, sink)
+    decoded = decode_shard(sink.getvalue().to_pybytes())
+    assert decoded.schema.equals(SAMPLE_SCHEMA, check_metadata=True)
+    assert decoded.to_pylist() == rows_with_nulls()

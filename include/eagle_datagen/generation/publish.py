@@ -21,10 +21,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from eagle_datagen.conversation.driver import conversation_rows, has_ended, validation_row
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.checkpoint import load_checkpoints
-from eagle_datagen.generation.plan import RunPlan, shard_requests
+from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_requests
 from eagle_datagen.profile import ModelProfile
+from eagle_datagen.stats.conversations import tool_loop_drift_warning
 from eagle_datagen.stats.draft_vocab import build_draft_vocab
 from eagle_datagen.stats.prompt_rejects import count_prompt_rejects
 from eagle_datagen.stats.report import render_report, report_summary
@@ -90,8 +92,41 @@ def _int_or_none(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
+def _conversation_shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, Any]] | None:
+    """A `turns: each` shard's steps as rows (conversation order, then turn); None while any conversation
+    has not ended."""
+    by_conversation = conversation_rows(load_checkpoints(root, plan.run_id, index))
+    rows = []
+    for job in shard_conversations(root, plan, index):
+        steps = by_conversation.get(job.conversation_id, [])
+        if not has_ended(steps):
+            return None
+        for saved in steps:
+            meta, finish = saved["meta_info"] or {}, saved["finish_reason"] or {}
+            rows.append(
+                validation_row(saved["prompt_ids"], saved)
+                | {
+                    "sample_id": saved["sample_id"],
+                    "record_id": job.record_id,
+                    "prompt_id": job.prompt_id,
+                    "category": job.category,
+                    "sample_index": job.sample_index,
+                    "sampling": json.dumps(saved["sampling"], sort_keys=True),
+                    "model": plan.model,
+                    "run_id": plan.run_id,
+                    "weight_version": meta.get("weight_version"),
+                    "cached_tokens": _int_or_none(meta.get("cached_tokens")),
+                    "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
+                }
+                | saved["conversation"]
+            )
+    return rows
+
+
 def shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, Any]] | None:
     """The shard's samples as rows (request order), from its checkpoints; None while any is pending."""
+    if is_conversation_shard(plan, index):
+        return _conversation_shard_rows(root, plan, index)
     requests = shard_requests(root, plan, index)
     done = load_checkpoints(root, plan.run_id, index)
     if any(r.sample_id not in done for r in requests):
@@ -223,6 +258,9 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
         else None
     )
     statistics["prompt_rejects"] = count_prompt_rejects(rejects_payload or b"")
+    drift = tool_loop_drift_warning(statistics.get("conversations"))
+    if drift is not None:
+        log.warning("run %s: %s", plan.run_id, drift)
     draft = None
     if tokens.distinct >= options.draft_vocab_size or options.draft_vocab_required:
         draft = build_draft_vocab(tokens.counts, options.draft_vocab_size)

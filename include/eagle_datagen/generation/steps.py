@@ -21,7 +21,7 @@ from typing import Any
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
 from eagle_datagen.generation.incremental import NothingToDo
-from eagle_datagen.generation.plan import load_plan
+from eagle_datagen.generation.plan import is_conversation_shard, load_plan
 from eagle_datagen.generation.publish import PublishOptions, ShardIncomplete, finalize_run, publish_shard
 from eagle_datagen.generation.stage import (
     RunOptions,
@@ -36,6 +36,7 @@ from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.profile import load_profile
 from eagle_datagen.sources.collect import check_sources
 from eagle_datagen.storage.output_root import open_output_root
+from eagle_datagen.tokenization.loader import load_tokenizer
 from eagle_datagen.tokenization.stage import TokenizeOptions, setup_tokenize
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class RunConfig:
     temperature: float | None = None
     top_p: float | None = None
     samples_per_prompt: int | None = None
+    turns: str | None = None  # last | each; None: the recipe's
     shard_size: int = 1000
     concurrency: int | None = None
     incremental: bool = False
@@ -106,6 +108,7 @@ class RunConfig:
                 temperature=self.temperature,
                 top_p=self.top_p,
                 samples_per_prompt=self.samples_per_prompt,
+                turns=self.turns,
             ),
             shard_size=self.shard_size,
             concurrency=self.concurrency,
@@ -180,8 +183,13 @@ def generate_shard_step(
     if plan is None:
         raise ConfigError(f"run {cfg.run_id} has no plan under {cfg.output}: run the plan step first")
     profile = load_profile(plan.profile)
+    tokenizer = None
+    if is_conversation_shard(plan, shard):  # its steps are rendered here, with the run's own tokenizer
+        tokenizer = load_tokenizer(cfg.tokenizer, profile, cfg.trust_remote_code).tokenizer
     resumed, todo, client = asyncio.run(
-        generate_pending(root, plan, [shard], _servers(servers), options, profile.vocab_size)
+        generate_pending(
+            root, plan, [shard], _servers(servers), options, vocab_size=profile.vocab_size, tokenizer=tokenizer
+        )
     )
     try:
         rows = publish_shard(root, plan, shard, profile, options.publish)

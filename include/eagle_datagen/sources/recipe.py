@@ -7,6 +7,8 @@ seed: 20260101            # sampling under a cap is a pure function of (seed, ca
 max_reject_rate: 0.05     # fail the run when more input records than this are rejected
 defaults:
   samples_per_prompt: 1
+  turns: last             # last: one sample per record; each: one per assistant turn (docs/multi-turn.md)
+  max_tool_steps: 8       # with turns: each, tool results spliced in per conversation at most
   max_prompt_tokens: 32768
   sampling: {temperature: 1.0, top_p: 0.95, max_new_tokens: 8192}
 decontamination:          # optional: drop prompts that overlap benchmark items (sources/decontamination.py)
@@ -33,6 +35,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from eagle_datagen.conversation import TURNS
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.records import CATEGORY_PATTERN
 from eagle_datagen.sources.benchmarks import DEFAULT_NGRAM, BenchmarkSource
@@ -100,10 +103,15 @@ class SourceSpec(_Strict):
         return SourceFormat(self.format, dict(self.columns), self.history)
 
 
+Turns = Literal[TURNS]  # type: ignore[valid-type]
+
+
 class CategorySpec(_Strict):
     sources: list[SourceSpec] = Field(min_length=1)
     max_prompts: int | None = Field(None, gt=0)
     samples_per_prompt: int | None = Field(None, gt=0, le=64)
+    turns: Turns | None = None
+    max_tool_steps: int | None = Field(None, ge=0, le=256)
     max_prompt_tokens: int | None = Field(None, gt=0)
     sampling: SamplingParams | None = None
 
@@ -135,6 +143,8 @@ class NearDuplicates(_Strict):
 
 class Defaults(_Strict):
     samples_per_prompt: int = Field(1, gt=0, le=64)
+    turns: Turns = "last"
+    max_tool_steps: int = Field(8, ge=0, le=256)
     max_prompt_tokens: int = Field(32768, gt=0)
     sampling: SamplingParams = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=8192)
 
@@ -167,6 +177,13 @@ class Recipe(_Strict):
 
     def samples_per_prompt_for(self, category: str) -> int:
         return self.categories[category].samples_per_prompt or self.defaults.samples_per_prompt
+
+    def turns_for(self, category: str) -> str:
+        return self.categories[category].turns or self.defaults.turns
+
+    def max_tool_steps_for(self, category: str) -> int:
+        spec = self.categories[category].max_tool_steps
+        return self.defaults.max_tool_steps if spec is None else spec
 
     def max_prompt_tokens_for(self, category: str) -> int:
         return self.categories[category].max_prompt_tokens or self.defaults.max_prompt_tokens

@@ -311,6 +311,27 @@ def _coverage_table(summary: dict[str, Any]) -> str:
     return f"<table>{head}<tbody>{row}</tbody></table><p class='muted'>{_e(notes)}</p>"
 
 
+def _conversations_section(stats: dict[str, Any]) -> list[str]:
+    """Multi-turn runs only: steps, trajectory ends and prompt drift by step kind (stats/conversations.py)."""
+    multi = stats.get("conversations")
+    if not multi:
+        return []
+    drift_rows = "".join(
+        f"<tr><td>{_e(kind)}</td><td>{_reasons(counts)}</td></tr>" for kind, counts in multi["prompt_drift"].items()
+    )
+    return [
+        "<h2>Conversations</h2>",
+        f"<p>{_int(multi['conversations'])} conversations in {_int(sum(multi['steps'].values()))} steps "
+        f"({_reasons(multi['steps'])}); trajectory ends: {_reasons(multi['trajectory_end'])}.</p>",
+        "<div class='scroll'><table><thead><tr><th>step kind</th><th>prompt drift (re-rendered prompt vs the "
+        f"parent's prompt + output)</th></tr></thead><tbody>{drift_rows}</tbody></table></div>",
+        "<p class='muted'>none: the prompt extends the parent's ids token for token (what a tool loop must "
+        "give); reasoning_dropped: the template rendered the parent's turn with an empty think block (K2.5 does "
+        "so for turns before the last plain answer); reencoded: decoded text re-encoded to other ids; "
+        "history_changed: the parent's prompt is no longer a prefix.</p>",
+    ]
+
+
 def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, meta: dict[str, Any]) -> str:
     """A self-contained HTML page of a run's statistics (and token frequencies when `counts` is given)."""
     from matplotlib import rc_context
@@ -379,6 +400,7 @@ def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, 
         ]
     else:
         parts.append("<p class='muted'>No token counts were given.</p>")
+    parts += _conversations_section(stats)
     parts += [
         "<h2>Prompt rejects by source</h2>",
         prompt_rejects_table(stats.get("prompt_rejects")),

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eagle_datagen.profile import ModelProfile
+from eagle_datagen.stats.conversations import ConversationCounts
 
 STATS_SCHEMA = "eagle-datagen/stats/v1"
 ALL = "all"
@@ -293,6 +294,8 @@ def compute_statistics(
             entry[1] += int(cached[rows].sum())
             entry[2] += int(prompt[rows].sum())
 
+    conversations = ConversationCounts()
+
     def count_pairs(cat: np.ndarray, other: np.ndarray) -> Counter[tuple[int, int]]:
         keys, n = np.unique(cat.astype(np.int64) << 32 | other.astype(np.int64), return_counts=True)
         return Counter({(int(k >> 32), int(k & 0xFFFFFFFF)): int(c) for k, c in zip(keys, n, strict=True)})
@@ -301,6 +304,7 @@ def compute_statistics(
         _require(table, DATA_COLUMNS, "data")
         if table.num_rows == 0:
             continue
+        conversations.add(table)
         cat = categories.encode(table["category"])
         for (c, f), n in count_pairs(cat, finishes.encode(table["finish_reason"])).items():
             finish_counts["data", c, f] += n
@@ -318,6 +322,7 @@ def compute_statistics(
         _require(table, QUARANTINE_COLUMNS, "quarantine")
         if table.num_rows == 0:
             continue
+        conversations.add(table)
         cat = categories.encode(table["category"])
         for (c, f), n in count_pairs(cat, finishes.encode(table["finish_reason"])).items():
             finish_counts["quarantine", c, f] += n
@@ -369,7 +374,8 @@ def compute_statistics(
         }
 
     names = categories.names()
-    return {
+    multi_turn = conversations.to_json()
+    return ({"conversations": multi_turn} if multi_turn else {}) | {
         "schema": STATS_SCHEMA,
         "profile": {
             "name": profile.name,

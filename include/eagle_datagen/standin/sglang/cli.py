@@ -91,6 +91,12 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help="tokenizer directory (or standin:kimi-k2.5) to decode `text` with; without it `text` is empty",
     )
     model.add_argument(
+        "--tool-calls",
+        action="store_true",
+        help="with --tokenizer-path: answer prompts that declare tools with Kimi-format tool calls, one "
+        "declared tool after the other, then a plain answer (tool_calls.py)",
+    )
+    model.add_argument(
         "--weight-version", default=d.weight_version, metavar="V", help="weight version to report (default: default)"
     )
     model.add_argument(
@@ -193,6 +199,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     config = SimConfig(
         model_path=args.model_path,
         tokenizer_path=args.tokenizer_path,
+        tool_calls=args.tool_calls,
         weight_version=args.weight_version,
         version=args.version,
         enable_deterministic_inference=args.enable_deterministic_inference,

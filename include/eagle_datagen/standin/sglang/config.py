@@ -50,6 +50,7 @@ class SimConfig:
     # what the server reports about itself
     model_path: str = "moonshotai/Kimi-K2.5"
     tokenizer_path: str | None = None  # set: decode `text` with it (else `text` is ""); reported either way
+    tool_calls: bool = False  # with a tokenizer: answer prompts that declare tools with Kimi tool calls
     weight_version: str = "default"
     version: str = "0.5.9"  # the SGLang version /get_server_info reports
     tp_size: int = 8

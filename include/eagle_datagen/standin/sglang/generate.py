@@ -24,6 +24,7 @@ from eagle_datagen.standin.sglang.faults import (
     ItemFaults,
     apply_output_faults,
 )
+from eagle_datagen.standin.sglang.outputs import Generation
 from eagle_datagen.standin.sglang.protocol import (
     BadRequest,
     GenerateItem,
@@ -34,6 +35,7 @@ from eagle_datagen.standin.sglang.protocol import (
     response_object,
 )
 from eagle_datagen.standin.sglang.state import STATE_KEY, SimState
+from eagle_datagen.standin.sglang.tool_calls import tool_call_tail
 
 Emit = Callable[[GenerateItem, dict[str, Any]], Awaitable[None]]
 
@@ -182,6 +184,11 @@ async def run_item(
         ignore_eos=sampling.ignore_eos,
         think_end=not faults.no_think_end,
     )
+    if cfg.tool_calls and state.codec is not None and generation.finish_reason.get("type") == "stop":
+        tail = tool_call_tail(state.codec, item.prompt_ids, cfg.eos_id)
+        if tail is not None and cfg.think_end_id in generation.output_ids:
+            reasoning = generation.output_ids[: generation.output_ids.index(cfg.think_end_id) + 1]
+            generation = Generation(reasoning + tail, {"type": "stop", "matched": cfg.eos_id})
     think_ids = (cfg.think_start_id, cfg.think_end_id)
     output_ids, completion_tokens = apply_output_faults(generation.output_ids, item.prompt_ids, faults, think_ids)
     decoded = len(generation.output_ids)  # the tokens the model "ran" for, whatever the faults did

@@ -10,6 +10,7 @@ draft vocabulary, report, manifest last: see publish.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import re
@@ -23,8 +24,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eagle_datagen.errors import ConfigError, DataGenError
-from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints
+from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints, should_checkpoint
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
+from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
 from eagle_datagen.generation.incremental import NothingToDo, claim_samples
 from eagle_datagen.generation.plan import (
     CategorySettings,
@@ -37,12 +39,15 @@ from eagle_datagen.generation.plan import (
 )
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions, publish_run
+from eagle_datagen.generation.screen import AnswerScreen
 from eagle_datagen.inference.client import GenerateClient
+from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
 from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, preflight
 from eagle_datagen.inference.retry import RetryPolicy
-from eagle_datagen.inference.samples import SampleRequest
+from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.inference.scheduler import generation_details, run_samples
+from eagle_datagen.profile import load_profile
 from eagle_datagen.progress import Progress
 from eagle_datagen.sources.collect import check_sources
 from eagle_datagen.sources.recipe import Defaults, Recipe
@@ -80,6 +85,10 @@ class RunOptions:
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     publish: PublishOptions = field(default_factory=PublishOptions)
+    # The user's highest acceptable share per reject reason (`--max-rate REASON=RATE`), over the recipe's
+    # `max_rates` and today's defaults (validation/diagnosis.py); `resolve_thresholds` merges them.
+    max_rates: dict[str, float] = field(default_factory=dict)
+    content_breaker: ContentBreakerPolicy = field(default_factory=ContentBreakerPolicy)
     canary: bool = True
     incremental: bool = False  # generate only samples that no manifest under the output root lists yet
     per_weight_version: bool = False  # with incremental: samples of other weight versions do not count
@@ -105,6 +114,7 @@ class RunSummary:
     published: dict[str, Any] | None  # the publish summary, once every sample is done
     servers: list[dict[str, Any]]
     elapsed_s: float
+    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)  # answers, faults, ejection per endpoint
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -150,6 +160,16 @@ def category_settings(
     return settings
 
 
+def resolve_thresholds(options: RunOptions, recipe: Recipe | None) -> RunOptions:
+    """The run's diagnosis thresholds: today's defaults (or the caller's), then the recipe's `max_rates`,
+    then the user's (command line, trigger form)."""
+    rates = (recipe.max_rates if recipe is not None else {}) | options.max_rates
+    if not rates:
+        return options
+    publish = dataclasses.replace(options.publish, thresholds=options.publish.thresholds.with_rates(rates))
+    return dataclasses.replace(options, publish=publish)
+
+
 def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | None = None) -> dict[str, Any] | None:
     """The preflight's canary /generate body, with the run's own sampling (its plan's, when it has one)."""
     if not options.canary:
@@ -186,6 +206,7 @@ async def generate_pending(
     shard_indices: list[int],
     servers: list[ServerInfo],
     options: RunOptions,
+    by: str = "run",
 ) -> tuple[int, int, GenerateClient]:
     """Generate every sample of these shards that has no checkpoint yet. Returns (resumed, to_do, client)."""
     done = {index: set(load_checkpoints(root, plan.run_id, index)) for index in shard_indices}  # ids only
@@ -196,7 +217,21 @@ async def generate_pending(
         Endpoint(s.url, options.concurrency or math.ceil(WINDOW_PER_SLOT * (s.max_running_requests or DEFAULT_WINDOW)))
         for s in servers
     ]
-    pool = EndpointPool(endpoints, options.breaker)
+    profile = load_profile(plan.profile)
+    journal = EndpointJournal(root, plan.run_id)
+    screen = AnswerScreen(
+        [e.url for e in endpoints],
+        profile,
+        plan.run_id,
+        options.publish.limits,
+        options.publish.thresholds,
+        options.content_breaker,
+        journal,
+        by=by,
+    )
+    pool = EndpointPool(endpoints, options.breaker, gate=screen.breaker)
+    for key, ejection in live_ejections(root, plan.run_id):
+        screen.learn(key, ejection)
     log.info(
         "run %s: %d samples to generate, %d already done; %d in flight over %d endpoint(s)",
         plan.run_id,
@@ -205,13 +240,25 @@ async def generate_pending(
         pool.total_window,
         len(endpoints),
     )
-    async with (
-        GenerateClient(pool, options.retry) as client,
-        CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
-    ):
-        progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
-        await run_samples(client, pending, pool.total_window, checkpoints.add, progress)
-        progress.finish()
+
+    async def stored(result: SampleResult) -> None:
+        await checkpoints.add(result)  # first: the result that stops the run is kept too
+        if should_checkpoint(result):
+            screen.count_row(result)
+
+    try:
+        async with (
+            GenerateClient(pool, options.retry, screen=screen) as client,
+            CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
+        ):
+            progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
+            if to_do:
+                screen.raise_if_all_out()  # every endpoint was ejected earlier in the run
+            await run_samples(client, pending, pool.total_window, stored, progress)
+            progress.finish()
+    finally:
+        if screen.answered or screen.stopped:
+            await asyncio.to_thread(journal.record_tally, screen.tally())
     log.info("endpoints: %s", pool.describe())
     return resumed, to_do, client
 
@@ -280,6 +327,7 @@ def run_generation(options: RunOptions) -> RunSummary:
     # An empty --run-id (an unset variable in a script) must not quietly start a new run instead of resuming.
     run_id = check_run_id(options.run_id if options.run_id is not None else new_run_id())
     setup = setup_tokenize(options.prompts)
+    options = resolve_thresholds(options, setup.recipe)
     root = open_output_root(options.prompts.output)
     existing = load_plan(root, run_id)
     if existing is None:  # a rerun works from its plan and needs no sources
@@ -346,4 +394,5 @@ def run_generation(options: RunOptions) -> RunSummary:
         published=published.__dict__ if published else None,
         servers=[s.provenance() for s in servers],
         elapsed_s=round(time.monotonic() - started, 2),
+        endpoints=client.screen.summary() if isinstance(client.screen, AnswerScreen) else {},
     )

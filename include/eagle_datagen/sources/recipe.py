@@ -5,6 +5,7 @@ version: 1
 name: demo
 seed: 20260101            # sampling under a cap is a pure function of (seed, category, prompt_id)
 max_reject_rate: 0.05     # fail the run when more input records than this are rejected
+max_rates: {prompt_echo: 0.05}   # highest acceptable share per reject reason (default: diagnosis.py's)
 defaults:
   samples_per_prompt: 1
   max_prompt_tokens: 32768
@@ -96,6 +97,9 @@ class Recipe(_Strict):
     # Literal special-token text in a record (a user typing <|im_end|>) forges turn boundaries; such
     # records are rejected (special_token_text) unless this is true. See docs/security.md.
     allow_special_token_text: bool = False
+    # The highest acceptable share of samples per reject reason (validation/diagnosis.py), over today's
+    # defaults; `--max-rate` and the trigger form override them. For example {prompt_echo: 0.05}.
+    max_rates: dict[str, float] = Field(default_factory=dict)
     defaults: Defaults = Defaults()
     categories: dict[str, CategorySpec] = Field(min_length=1)
     base_dir: Path | None = Field(None, exclude=True)
@@ -107,6 +111,16 @@ class Recipe(_Strict):
             if not CATEGORY_PATTERN.fullmatch(name):
                 raise ValueError(f"category name {name!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
         return value
+
+    @field_validator("max_rates")
+    @classmethod
+    def _known_reasons(cls, value: dict[str, float]) -> dict[str, float]:
+        from eagle_datagen.validation.diagnosis import parse_rates
+
+        try:
+            return parse_rates(value, "max_rates")
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("max_rates: ")) from None
 
     def sampling_for(self, category: str) -> SamplingParams:
         return self.defaults.sampling.merged(self.categories[category].sampling)

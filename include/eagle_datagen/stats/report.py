@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from eagle_datagen.stats.draft_vocab import DraftVocab
+from eagle_datagen.stats.endpoint_table import endpoint_table
 from eagle_datagen.stats.statistics import ALL, LENGTH_KINDS, token_frequency_summary
 
 SUMMARY_SCHEMA = "eagle-datagen/report-summary/v1"
@@ -300,8 +301,15 @@ def _coverage_table(summary: dict[str, Any]) -> str:
     return f"<table>{head}<tbody>{row}</tbody></table><p class='muted'>{_e(notes)}</p>"
 
 
-def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, meta: dict[str, Any]) -> str:
-    """A self-contained HTML page of a run's statistics (and token frequencies when `counts` is given)."""
+def render_report(
+    stats: dict[str, Any],
+    counts: np.ndarray | None,
+    title: str,
+    meta: dict[str, Any],
+    endpoints: dict[str, Any] | None = None,
+) -> str:
+    """A self-contained HTML page of a run's statistics (and token frequencies when `counts` is given; the
+    per-endpoint table when `endpoints`, an endpoint_journal.endpoint_report, is given)."""
     from matplotlib import rc_context
 
     everything = stats[ALL]
@@ -366,6 +374,8 @@ def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, 
         ]
     else:
         parts.append("<p class='muted'>No token counts were given.</p>")
+    if endpoints is not None:
+        parts += ["<h2>Endpoints</h2>", endpoint_table(endpoints)]
     parts += [
         "<h2>Categories</h2>",
         "<div class='cards'>" + "".join(_category_card(n, g) for n, g in _groups(stats)) + "</div>",

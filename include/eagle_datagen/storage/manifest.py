@@ -24,7 +24,7 @@ from eagle_datagen.storage.objects import StoredObject, put_once, sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot, UnsafeKey, check_key
 
 CONTRACT_VERSION = 1
-FileKind = Literal["data", "quarantine", "rejects", "statistics", "draft_vocab", "report", "summary"]
+FileKind = Literal["data", "quarantine", "rejects", "statistics", "draft_vocab", "report", "summary", "endpoints"]
 FILE_KINDS = frozenset(get_args(FileKind))
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -69,6 +69,7 @@ class Manifest:
     counts: dict[str, Any]
     files: list[ManifestFile] = field(default_factory=list)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    validation: dict[str, Any] = field(default_factory=dict)  # the thresholds and breaker settings used
 
     @property
     def weight_version(self) -> str | None:
@@ -86,6 +87,7 @@ class Manifest:
             "provenance": self.provenance,
             "sampling": self.sampling,
             "counts": self.counts,
+            "validation": self.validation,
             "files": [f.to_json() for f in self.files],
         }
 

@@ -149,3 +149,40 @@ def test_user_thresholds_let_a_run_through(tmp_path):
     with replica(no_think_end=0.9) as a:
         summary = run_generation(options(tmp_path, [a.url], max_rates={"missing_think_end": 1.0}))
     assert summary.published is not None and manifest(tmp_path)["validation"]["max_rates"]["missing_think_end"] == 1.0
+
+
+def test_a_later_shard_task_learns_of_an_ejection_and_the_report_lists_it(tmp_path):
+    """What Airflow's mapped generate_shard tasks do: each applies the screen to its own requests; the
+    ejection one of them records under the output root keeps the endpoint out of the next one."""
+    from eagle_datagen.generation.steps import RunConfig, finalize_step, generate_shard_step, plan_step, preflight_step
+
+    from conftest import user_record, write_jsonl
+
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"question {i}: " + "word " * i) for i in range(60)])
+    with replica() as good, replica(echo=0.2) as sick:
+        config = RunConfig(
+            output=str(tmp_path / "out"),
+            tokenizer="standin:kimi-k2.5",
+            sglang_urls=[good.url, sick.url],
+            run_id="r",
+            prompts=[str(src)],
+            samples_per_prompt=PER_PROMPT,
+            max_new_tokens=1000,
+            shard_size=30,
+            concurrency=4,
+            draft_vocab_size=64,
+            canary=False,
+        ).to_dict()
+        servers = preflight_step(config)
+        shards = plan_step(config, servers)["shards"]
+        first = generate_shard_step(config, servers, shards[0])
+        assert first["endpoints"][sick.url]["ejected"]
+        served = sick.stats()["requests"]["total"]
+        second = generate_shard_step(config, servers, shards[1])
+        assert sick.stats()["requests"]["total"] == served  # shard 1 never asked the ejected endpoint
+        assert second["endpoints"][sick.url]["answers"] == 0 and second["endpoints"][sick.url]["ejected"]
+        final = finalize_step(config)
+    assert final["published"] and final["data"] == 2 * SAMPLES and final["ejected"]
+    (ejection,) = manifest(tmp_path)["counts"]["endpoints"][sick.url]["ejected"]
+    assert ejection["by"] == f"shard {shards[0]}"
+    assert sick.url in report(tmp_path)

@@ -4,7 +4,7 @@ The client hands every answer to `AnswerScreen.check_answer`: a server fault is 
 client does that), a model-behaviour answer is kept for quarantine, and the content breaker counts both
 per endpoint. Every stored result then passes `count_row`, which keeps the run-wide reason counts of this
 invocation and applies the run-level diagnoses (validation/diagnosis.py) as soon as `min_samples` rows are
-in. The run stops at once, with one line that names the endpoints, when every endpoint is ejected or a
+in and a reason's rate is surely above its threshold. The run stops at once, with one line that names the endpoints, when every endpoint is ejected or a
 setup signature passes its threshold; what was generated stays checkpointed, so a rerun after the fix
 continues.
 """
@@ -12,6 +12,7 @@ continues.
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from typing import Any
 
@@ -24,6 +25,17 @@ from eagle_datagen.validation.rules import ValidationLimits
 from eagle_datagen.validation.screening import SERVER_FAULT_REASONS, Verdict, judge_answer
 
 log = logging.getLogger(__name__)
+
+
+EARLY_Z = 3.0  # standard errors: a model behaviour at 40% against a 50% threshold stops 2 runs in 10,000
+
+
+def lower_bound(count: int, total: int, z: float = EARLY_Z) -> float:
+    """Wilson score lower bound of the rate count/total."""
+    if total <= 0:
+        return 0.0
+    p, d = count / total, 1 + z * z / total
+    return (p + z * z / (2 * total) - z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total))) / d
 
 
 class RunStopped(ValidationFailed):
@@ -107,10 +119,10 @@ class AnswerScreen:
     def raise_if_all_out(self) -> None:
         if not self.breaker.all_ejected:
             return
-        parts = []
+        by_fix: dict[str, list[str]] = {}  # endpoints with the same likely cause share its line
         for e in self.breaker.ejections():
-            _, fix = explain(e.reason, self.profile)
-            parts.append(f"{e.describe()}: {fix}")
+            by_fix.setdefault(explain(e.reason, self.profile)[1], []).append(e.describe())
+        parts = [f"{'; '.join(described)}: {fix}" for fix, described in by_fix.items()]
         self.stop(f"every endpoint was taken out: {'; '.join(parts)}", [e.endpoint for e in self.breaker.ejections()])
 
     # --- stored results -----------------------------------------------------------------------------------
@@ -119,7 +131,14 @@ class AnswerScreen:
         """Count a stored result; stop the run when a run-level diagnosis holds already."""
         self.rows["request_error" if result.error else result.reject_reason or "valid"] += 1
         total = sum(self.rows.values())
-        lines = diagnose({k: v for k, v in self.rows.items() if k != "valid"}, total, self.thresholds, self.profile)
+        # Judged on the evidence so far: a reason counts once its rate is surely above the threshold (the
+        # lower bound of its confidence interval), not when a few early answers happen to pass it.
+        sure = {
+            reason: count
+            for reason, count in self.rows.items()
+            if reason != "valid" and lower_bound(count, total) > (self.thresholds.rate(reason) or 0.0)
+        }
+        lines = diagnose(sure, total, self.thresholds, self.profile) if sure else []
         if not lines:
             return
         serving = [t for t in self.breaker.tallies.values() if t.rows]

@@ -4,9 +4,9 @@ The client hands every answer to `AnswerScreen.check_answer`: a server fault is 
 client does that), a model-behaviour answer is kept for quarantine, and the content breaker counts both
 per endpoint. Every stored result then passes `count_row`, which keeps the run-wide reason counts of this
 invocation and applies the run-level diagnoses (validation/diagnosis.py) as soon as `min_samples` rows are
-in and a reason's rate is surely above its threshold. The run stops at once, with one line that names the endpoints, when every endpoint is ejected or a
-setup signature passes its threshold; what was generated stays checkpointed, so a rerun after the fix
-continues.
+in and a reason's rate is surely above its threshold. The run stops at once, with one line that names the
+endpoints, when every endpoint is ejected or a setup signature passes its threshold; what was generated
+stays checkpointed, so a rerun after the fix continues.
 """
 
 from __future__ import annotations

@@ -549,6 +549,10 @@ def format_run_summary(summary: dict) -> str:
                 else "no draft vocabulary (too few distinct tokens for its size)"
             )
             lines.append(f"report: {summary['output'].rstrip('/')}/{published['report']}; {vocab}")
+    elif summary.get("endpoints"):
+        for counts in summary["endpoints"].values():
+            if counts["ejected"]:
+                lines.append(f"endpoint taken out during the run: {counts['ejected']}")
     lines.append(f"output: {summary['output']} in {summary['elapsed_s']:.1f}s")
     if summary["pending"]:
         lines.append(

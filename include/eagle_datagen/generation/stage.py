@@ -2,7 +2,9 @@
 
 Order matters: configuration and servers are checked first (tokenizer, profile, preflight with a
 canary), so a misconfiguration costs no GPU time; the plan is written before generation, so a rerun
-with the same run id continues the same shards; finished samples are checkpointed as they arrive.
+with the same run id continues the same shards; finished samples are checkpointed as they arrive, each
+answer validated first (screen.py: a server fault is sent again, a sick endpoint ejected, a deployment
+that cannot succeed stops the run).
 When every sample is done, the run is published (validation, data and quarantine shards, statistics,
 draft vocabulary, report, manifest last: see publish.py).
 """

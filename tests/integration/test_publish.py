@@ -75,7 +75,7 @@ def test_run_to_s3_produces_the_contract_layout(tmp_path, s3_env):
     assert len(manifest["provenance"]["chat_template_sha256"]) == 64
     assert manifest["counts"]["samples"] == 40 == manifest["counts"]["data"] + manifest["counts"]["quarantine"]
     kinds = {f["kind"] for f in manifest["files"]}
-    assert kinds == {"data", "quarantine", "rejects", "statistics", "draft_vocab", "report", "summary", "endpoints"}
+    assert kinds == {"data", "quarantine", "rejects", "statistics", "draft_vocab", "report", "summary"}
     listed = {f["key"] for f in manifest["files"]}
     for key in listed:
         assert key in keys

@@ -80,16 +80,7 @@ def check_parsed(manifest: dict) -> None:
     """What every reader relies on, when a manifest parses."""
     for entry in manifest["files"]:
         check_key(entry["key"])
-        assert entry["kind"] in {
-            "data",
-            "quarantine",
-            "rejects",
-            "statistics",
-            "draft_vocab",
-            "report",
-            "summary",
-            "endpoints",
-        }
+        assert entry["kind"] in {"data", "quarantine", "rejects", "statistics", "draft_vocab", "report", "summary"}
         assert isinstance(entry["size"], int) and len(entry["sha256"]) == 64
     for name in ("data", "quarantine", "samples"):
         assert isinstance(manifest["counts"][name], int)

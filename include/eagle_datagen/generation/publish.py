@@ -242,7 +242,8 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             "report.html",
             render_report(statistics, tokens.counts, f"run {plan.run_id}", meta, endpoints).encode(),
         ),
-        ("endpoints", "endpoints.json", json.dumps(endpoints, indent=1).encode()),
+        # kind statistics, not a kind of its own: readers of contract v1 refuse kinds they do not know
+        ("statistics", "endpoints.json", json.dumps(endpoints, indent=1).encode()),
         ("summary", "summary.json", json.dumps(report_summary(statistics, tokens.counts, draft), indent=1).encode()),
     ]
     if draft is not None:

@@ -90,8 +90,8 @@ class AnswerScreen:
 
     def learn(self, key: str, ejection: Ejection) -> None:
         """An ejection recorded earlier in this run (another shard task or invocation): stays out here."""
-        if not self.breaker.is_available(ejection.endpoint):
-            return
+        if ejection.endpoint not in self.breaker.tallies or not self.breaker.is_available(ejection.endpoint):
+            return  # not an endpoint of this invocation, or already out
         self.breaker.learn(ejection)
         log.warning(
             "endpoint %s was taken out earlier in run %s (by %s, %s): leaving it out; delete %s to use it again",

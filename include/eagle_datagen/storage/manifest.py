@@ -24,7 +24,7 @@ from eagle_datagen.storage.objects import StoredObject, put_once, sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot, UnsafeKey, check_key
 
 CONTRACT_VERSION = 1
-FileKind = Literal["data", "quarantine", "rejects", "statistics", "draft_vocab", "report", "summary", "endpoints"]
+FileKind = Literal["data", "quarantine", "rejects", "statistics", "draft_vocab", "report", "summary"]
 FILE_KINDS = frozenset(get_args(FileKind))
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 

@@ -77,6 +77,18 @@ def _rate(text: str) -> float:
     return value
 
 
+def _max_rate(text: str) -> tuple[str, float]:
+    from eagle_datagen.validation.diagnosis import parse_rates
+
+    reason, sep, rate = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not REASON=RATE (e.g. prompt_echo=0.05)")
+    try:
+        return next(iter(parse_rates({reason.strip(): _rate(rate)}, f"--max-rate {text}").items()))
+    except DataGenError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _top_k(text: str) -> int:
     try:
         value = int(text)
@@ -450,6 +462,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="quarantine samples whose reasoning (before </think>) is longer than N tokens (default: no limit)",
     )
+    publish.add_argument(
+        "--max-rate",
+        action="append",
+        default=[],
+        type=_max_rate,
+        metavar="REASON=RATE",
+        help="the highest acceptable share of samples with this reject reason (repeatable, e.g. "
+        "prompt_echo=0.05); above it the run stops with its diagnosis, as soon as the answers show it. For a "
+        "server fault (prompt_echo, completion_tokens_mismatch, prompt_tokens_mismatch, id_out_of_range) it is "
+        "the share of an endpoint's last 50 answers above which the endpoint is taken out (at least 3 of "
+        "them). Default: the recipe's max_rates, else validation/diagnosis.py's",
+    )
     run.set_defaults(handler=_run)
 
     export = commands.add_parser(
@@ -604,6 +628,7 @@ def _run(args: argparse.Namespace) -> int:
             per_weight_version=args.per_weight_version,
             claim_ttl_s=args.claim_ttl or DEFAULT_CLAIM_TTL_S,
             preflight_wait_s=args.wait_ready,
+            max_rates=dict(args.max_rate),
             publish=PublishOptions(
                 limits=ValidationLimits(max_reasoning_tokens=args.max_reasoning_tokens),
                 draft_vocab_size=args.draft_vocab_size or 32000,
@@ -632,6 +657,8 @@ def format_run_summary(summary: dict) -> str:
             f"published: {published['data']:,} valid samples, {published['quarantine']:,} quarantined ({reasons}); "
             + ("already published before" if published["already_published"] else f"manifest {published['manifest']}")
         )
+        for ejected in published.get("ejected") or []:
+            lines.append(f"endpoint taken out during the run: {ejected}")
         if published["report"]:
             vocab = (
                 f"draft vocabulary {published['draft_vocab_size']:,} tokens covering "
@@ -640,6 +667,10 @@ def format_run_summary(summary: dict) -> str:
                 else "no draft vocabulary (too few distinct tokens for its size)"
             )
             lines.append(f"report: {summary['output'].rstrip('/')}/{published['report']}; {vocab}")
+    elif summary.get("endpoints"):
+        for counts in summary["endpoints"].values():
+            if counts["ejected"]:
+                lines.append(f"endpoint taken out during the run: {counts['ejected']}")
     lines.append(f"output: {summary['output']} in {summary['elapsed_s']:.1f}s")
     if summary["pending"]:
         lines.append(

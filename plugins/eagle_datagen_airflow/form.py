@@ -108,6 +108,7 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             description="K most frequent trained tokens in the run's draft vocabulary (EAGLE-3 d2t/t2d).",
             section=RUN,
         ),
+        "max_rates": max_rates_param(recipe),
         "dry_run": Param(
             False,
             type="boolean",
@@ -133,6 +134,27 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
         ),
         **storage_params(output),
     }
+
+
+def max_rates_param(recipe: Recipe) -> Param:
+    """Every reject reason's threshold, today's defaults under the recipe's `max_rates`; the schema refuses an
+    unknown reason or a rate outside 0..1 when the run is created."""
+    from eagle_datagen.validation.diagnosis import DiagnosisThresholds
+
+    rates = DiagnosisThresholds().with_rates(recipe.max_rates).rates()
+    return Param(
+        rates,
+        type="object",
+        properties={reason: {"type": "number", "minimum": 0, "maximum": 1} for reason in rates},
+        additionalProperties=False,
+        title="Max rate per reject reason",
+        description="Highest acceptable share of samples per reject reason (0-1): above it the run stops with "
+        "its diagnosis as soon as the answers show it. For a server fault (prompt_echo, "
+        "completion_tokens_mismatch, prompt_tokens_mismatch, id_out_of_range) it is the share of an endpoint's "
+        "last 50 answers above which the endpoint is taken out of the run (at least 3). Default: the recipe's "
+        "max_rates over the built-in values.",
+        section=RUN,
+    )
 
 
 def storage_params(output: str) -> dict[str, Param]:

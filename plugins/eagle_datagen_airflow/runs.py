@@ -118,5 +118,6 @@ def run_config(
         claim_ttl_s=claim_ttl_s(),
         dry_run=params["dry_run"],
         draft_vocab_size=params["draft_vocab_size"],
+        max_rates=dict(params["max_rates"]),
         trust_remote_code=deployment.trust_remote_code,
     ).to_dict()

@@ -126,9 +126,12 @@ def test_params_become_a_run_config(monkeypatch):
         "draft_vocab_size": 32000,
         "force_regenerate": False,
         "dry_run": False,
+        "max_rates": {"prompt_echo": 0.05},
     }
     config = run_config("math", "/r.yaml", "math-x", params, Deployment(urls=["http://a:1"], tokenizer="tok"))
     parsed = RunConfig.from_dict(json.loads(json.dumps(config)))
+    assert parsed.max_rates == {"prompt_echo": 0.05}
+    assert parsed.options().max_rates == {"prompt_echo": 0.05}
     assert parsed.categories == ["math"] and parsed.incremental and parsed.per_weight_version
     assert (parsed.temperature, parsed.samples_per_prompt, parsed.shard_size) == (0.6, 2, 500)
     assert not run_config("math", "/r.yaml", "m", params | {"force_regenerate": True}, Deployment(["u"], "t"))[

@@ -21,7 +21,7 @@ from eagle_datagen.conversation.drift import prompt_drift
 from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.conversation.trajectory import StepKind, Trajectory
 from eagle_datagen.inference.client import GenerateClient
-from eagle_datagen.inference.samples import SampleRequest
+from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.validation.rules import ValidationLimits, validate_sample
 
@@ -51,6 +51,7 @@ class ConversationRunner:
         limits: ValidationLimits,
         add_row: AddRow,
         stored: dict[int, dict[str, dict[str, Any]]],  # shard -> sample_id -> checkpointed row
+        on_answer: Callable[[SampleResult], None] | None = None,  # sees each fresh step once it is stored
     ) -> None:
         self.client = client
         self.tokenizer = tokenizer
@@ -58,6 +59,7 @@ class ConversationRunner:
         self.limits = limits
         self.add_row = add_row
         self.stored = stored
+        self.on_answer = on_answer
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         """The template's text, encoded without added special tokens: what apply_chat_template(tokenize=True)
@@ -113,6 +115,7 @@ class ConversationRunner:
             sample_id = job.step_sample_id(turn_index)
             saved = stored.get(sample_id)
             fresh = saved is None
+            result: SampleResult | None = None
             if saved is not None and saved["conversation"]["trajectory_end"] is not None:
                 return True  # ended by an earlier invocation
             if saved is None:
@@ -145,6 +148,8 @@ class ConversationRunner:
                     },
                 }
                 await self.add_row(job.shard, saved)
+                if self.on_answer is not None and result is not None:
+                    self.on_answer(result)
             if end is not None:
                 return True
             assert next_ids is not None and next_kind is not None

@@ -24,6 +24,7 @@ import pyarrow as pa
 from eagle_datagen.conversation.driver import conversation_rows, has_ended, validation_row
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.checkpoint import load_checkpoints
+from eagle_datagen.generation.endpoint_journal import endpoint_report
 from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_requests
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.stats.conversations import tool_loop_drift_warning
@@ -70,6 +71,7 @@ class PublishSummary:
     draft_vocab_size: int | None = None
     draft_vocab_coverage: float | None = None
     report: str | None = None
+    ejected: list[str] = field(default_factory=list)  # endpoints the content breaker took out, with why
 
 
 class ShardIncomplete(DataGenError):
@@ -245,6 +247,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             reasons.update(table.column("reject_reason").to_pylist())
     total = sum(c["data"] + c["quarantine"] for c in by_category.values())
     check_run(dict(reasons), total, options.thresholds, profile)
+    endpoints = endpoint_report(root, plan.run_id)
 
     def tables(kind: str) -> Iterator[pa.Table]:  # read again, lazily: memory stays one shard deep
         for entry in files:
@@ -284,7 +287,13 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
     }
     artifacts = [
         ("statistics", "statistics.json", json.dumps(statistics, indent=1).encode()),
-        ("report", "report.html", render_report(statistics, tokens.counts, f"run {plan.run_id}", meta).encode()),
+        (
+            "report",
+            "report.html",
+            render_report(statistics, tokens.counts, f"run {plan.run_id}", meta, endpoints).encode(),
+        ),
+        # kind statistics, not a kind of its own: readers of contract v1 refuse kinds they do not know
+        ("statistics", "endpoints.json", json.dumps(endpoints, indent=1).encode()),
         ("summary", "summary.json", json.dumps(report_summary(statistics, tokens.counts, draft), indent=1).encode()),
     ]
     if draft is not None:
@@ -312,8 +321,24 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             "reasons": dict(reasons),
             "by_category": {c: dict(v) for c, v in sorted(by_category.items())},
             "trained_tokens": tokens.total,
+            "endpoints": {
+                url: {
+                    "answers": e["answers"],
+                    "valid": e["valid"],
+                    "quarantined": e["quarantined"],
+                    "server_faults_retried": e["server_faults"],
+                    "ejected": [{k: x[k] for k in ("reason", "kind", "answers", "by", "at")} for x in e["ejections"]],
+                }
+                for url, e in endpoints["endpoints"].items()
+            },
         },
         files=files,
+        validation={
+            "max_rates": options.thresholds.rates(),
+            "min_samples": options.thresholds.min_samples,
+            "content_breaker": endpoints["policies"][-1] if endpoints["policies"] else None,
+            "early_stops": len(endpoints["stops"]),
+        },
     )
     write_manifest(root, manifest)
     log.info(
@@ -333,6 +358,11 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
         draft.k if draft else None,
         draft.coverage if draft else None,
         run_artifact_key(plan.run_id, "report.html"),
+        [
+            f"{x['endpoint']} ({x['reason']}: {x['evidence']})"
+            for e in endpoints["endpoints"].values()
+            for x in e["ejections"]
+        ],
     )
 
 

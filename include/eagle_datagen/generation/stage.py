@@ -2,7 +2,9 @@
 
 Order matters: configuration and servers are checked first (tokenizer, profile, preflight with a
 canary), so a misconfiguration costs no GPU time; the plan is written before generation, so a rerun
-with the same run id continues the same shards; finished samples are checkpointed as they arrive.
+with the same run id continues the same shards; finished samples are checkpointed as they arrive, each
+answer validated first (screen.py: a server fault is sent again, a sick endpoint ejected, a deployment
+that cannot succeed stops the run).
 When every sample is done, the run is published (validation, data and quarantine shards, statistics,
 draft vocabulary, report, manifest last: see publish.py).
 """
@@ -10,6 +12,7 @@ draft vocabulary, report, manifest last: see publish.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import math
@@ -26,8 +29,9 @@ from typing import Any
 from eagle_datagen.conversation.driver import ConversationRunner, conversation_rows, has_ended
 from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.errors import ConfigError, DataGenError
-from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints
+from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints, should_checkpoint
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
+from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
 from eagle_datagen.generation.incremental import NothingToDo, claim_samples
 from eagle_datagen.generation.plan import (
     CategorySettings,
@@ -42,11 +46,13 @@ from eagle_datagen.generation.plan import (
 )
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions, publish_run
+from eagle_datagen.generation.screen import AnswerScreen
 from eagle_datagen.inference.client import GenerateClient
+from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
 from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, preflight
 from eagle_datagen.inference.retry import RetryPolicy
-from eagle_datagen.inference.samples import SampleRequest
+from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.inference.scheduler import generation_details, run_jobs
 from eagle_datagen.profile import load_profile
 from eagle_datagen.progress import Progress
@@ -87,6 +93,10 @@ class RunOptions:
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     publish: PublishOptions = field(default_factory=PublishOptions)
+    # The user's highest acceptable share per reject reason (`--max-rate REASON=RATE`), over the recipe's
+    # `max_rates` and today's defaults (validation/diagnosis.py); `resolve_thresholds` merges them.
+    max_rates: dict[str, float] = field(default_factory=dict)
+    content_breaker: ContentBreakerPolicy = field(default_factory=ContentBreakerPolicy)
     canary: bool = True
     incremental: bool = False  # generate only samples that no manifest under the output root lists yet
     per_weight_version: bool = False  # with incremental: samples of other weight versions do not count
@@ -112,6 +122,7 @@ class RunSummary:
     published: dict[str, Any] | None  # the publish summary, once every sample is done
     servers: list[dict[str, Any]]
     elapsed_s: float
+    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)  # answers, faults, ejection per endpoint
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -161,6 +172,16 @@ def category_settings(
             max_tool_steps=max_tool_steps,
         )
     return settings
+
+
+def resolve_thresholds(options: RunOptions, recipe: Recipe | None) -> RunOptions:
+    """The run's diagnosis thresholds: today's defaults (or the caller's), then the recipe's `max_rates`,
+    then the user's (command line, trigger form)."""
+    rates = (recipe.max_rates if recipe is not None else {}) | options.max_rates
+    if not rates:
+        return options
+    publish = dataclasses.replace(options.publish, thresholds=options.publish.thresholds.with_rates(rates))
+    return dataclasses.replace(options, publish=publish)
 
 
 def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | None = None) -> dict[str, Any] | None:
@@ -220,6 +241,7 @@ async def generate_pending(
     options: RunOptions,
     vocab_size: int | None = None,
     tokenizer: Any = None,
+    by: str = "run",
 ) -> tuple[int, int, GenerateClient]:
     """Generate every sample of these shards that has no checkpoint yet, and every step of their
     conversations that has not been stored. Returns (resumed, to_do, client), counted in samples and
@@ -227,7 +249,7 @@ async def generate_pending(
     `tokenizer` renders the steps of `turns: each` shards."""
     single = [index for index in shard_indices if not is_conversation_shard(plan, index)]
     done = {index: set(load_checkpoints(root, plan.run_id, index)) for index in single}  # ids only
-    conversations, stored = pending_conversations(root, plan, shard_indices)
+    conversations, stored_steps = pending_conversations(root, plan, shard_indices)
     if conversations and tokenizer is None:
         raise ConfigError("a turns: each shard needs the tokenizer to render its steps")
     to_do = sum(plan.shards[index].samples for index in single) - sum(len(ids) for ids in done.values())
@@ -238,7 +260,21 @@ async def generate_pending(
         Endpoint(s.url, options.concurrency or math.ceil(WINDOW_PER_SLOT * (s.max_running_requests or DEFAULT_WINDOW)))
         for s in servers
     ]
-    pool = EndpointPool(endpoints, options.breaker)
+    profile = load_profile(plan.profile)
+    journal = EndpointJournal(root, plan.run_id)
+    screen = AnswerScreen(
+        [e.url for e in endpoints],
+        profile,
+        plan.run_id,
+        options.publish.limits,
+        options.publish.thresholds,
+        options.content_breaker,
+        journal,
+        by=by,
+    )
+    pool = EndpointPool(endpoints, options.breaker, gate=screen.breaker)
+    for key, ejection in live_ejections(root, plan.run_id):
+        screen.learn(key, ejection)
     log.info(
         "run %s: %d samples to generate, %d already done; %d in flight over %d endpoint(s)",
         plan.run_id,
@@ -247,35 +283,53 @@ async def generate_pending(
         pool.total_window,
         len(endpoints),
     )
-    async with (
-        GenerateClient(pool, options.retry, vocab_size=vocab_size) as client,
-        CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
-    ):
-        progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
-        runner = ConversationRunner(
-            client, tokenizer, load_profile(plan.profile), options.publish.limits, checkpoints.add_row, stored
-        )
 
-        def conversation_job(job: ConversationJob) -> Callable[[], Awaitable[None]]:
-            async def run() -> None:
-                await runner.run(job)
-                progress.advance()
+    async def stored(result: SampleResult) -> None:
+        await checkpoints.add(result)  # first: the result that stops the run is kept too
+        if should_checkpoint(result):
+            screen.count_row(result)
 
-            return run
+    try:
+        async with (
+            GenerateClient(pool, options.retry, screen=screen, vocab_size=vocab_size) as client,
+            CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
+        ):
+            progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
+            if to_do:
+                screen.raise_if_all_out()  # every endpoint was ejected earlier in the run
+            runner = ConversationRunner(
+                client,
+                tokenizer,
+                profile,
+                options.publish.limits,
+                checkpoints.add_row,
+                stored_steps,
+                on_answer=screen.count_row,
+            )
 
-        def sample_job(request: SampleRequest) -> Callable[[], Awaitable[None]]:
-            async def run() -> None:
-                await checkpoints.add(await client.generate(request))
-                progress.advance()
+            def conversation_job(job: ConversationJob) -> Callable[[], Awaitable[None]]:
+                async def run() -> None:
+                    await runner.run(job)
+                    progress.advance()
 
-            return run
+                return run
 
-        # conversations first, the longest first: they are the long jobs, and starting them early shortens the
-        # drain (the last jobs running alone while slots sit idle)
-        conversations.sort(key=lambda j: -sum(m["role"] == "user" for m in j.messages))
-        jobs = itertools.chain((conversation_job(j) for j in conversations), (sample_job(r) for r in pending))
-        await run_jobs(jobs, pool.total_window)
-        progress.finish()
+            def sample_job(request: SampleRequest) -> Callable[[], Awaitable[None]]:
+                async def run() -> None:
+                    await stored(await client.generate(request))
+                    progress.advance()
+
+                return run
+
+            # conversations first, the longest first: they are the long jobs, and starting them early shortens
+            # the drain (the last jobs running alone while slots sit idle)
+            conversations.sort(key=lambda j: -sum(m["role"] == "user" for m in j.messages))
+            jobs = itertools.chain((conversation_job(j) for j in conversations), (sample_job(r) for r in pending))
+            await run_jobs(jobs, pool.total_window)
+            progress.finish()
+    finally:
+        if screen.answered or screen.stopped:
+            await asyncio.to_thread(journal.record_tally, screen.tally())
     log.info("endpoints: %s", pool.describe())
     return resumed, to_do, client
 
@@ -352,6 +406,7 @@ def run_generation(options: RunOptions) -> RunSummary:
     # An empty --run-id (an unset variable in a script) must not quietly start a new run instead of resuming.
     run_id = check_run_id(options.run_id if options.run_id is not None else new_run_id())
     setup = setup_tokenize(options.prompts)
+    options = resolve_thresholds(options, setup.recipe)
     root = open_output_root(options.prompts.output)
     existing = load_plan(root, run_id)
     if existing is None:  # a rerun works from its plan and needs no sources
@@ -425,4 +480,5 @@ def run_generation(options: RunOptions) -> RunSummary:
         published=published.__dict__ if published else None,
         servers=[s.provenance() for s in servers],
         elapsed_s=round(time.monotonic() - started, 2),
+        endpoints=client.screen.summary() if isinstance(client.screen, AnswerScreen) else {},
     )

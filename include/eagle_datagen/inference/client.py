@@ -17,7 +17,7 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -34,6 +34,7 @@ class GenerationStats:
     retries: int = 0
     failed: int = 0  # samples that ended in a permanent error
     output_tokens: int = 0
+    server_faults: int = 0  # answers the screen refused as server faults and sent again
     failures: Counter[str] = field(default_factory=Counter)  # failed attempts by kind
 
     def describe_failures(self) -> str:
@@ -62,14 +63,33 @@ def beyond_vocab(request: SampleRequest, vocab_size: int) -> str | None:
     if any(i >= vocab_size for i in stops):
         return f"stop_token_ids {stops} hold an id beyond the model's vocabulary of {vocab_size} ids; not sent"
     return None
+class Judgement(Protocol):
+    reason: str | None  # None: a valid answer
+
+    @property
+    def server_fault(self) -> bool: ...
+
+
+class AnswerScreen(Protocol):
+    """Judges each answer as it arrives (generation/screen.py); may raise to stop the run."""
+
+    def check_answer(
+        self, endpoint: str, request: SampleRequest, output_ids: list[int], meta_info: dict[str, Any]
+    ) -> Judgement: ...
 
 
 class GenerateClient:
     def __init__(
-        self, pool: EndpointPool, policy: RetryPolicy | None = None, seed: int = 0, vocab_size: int | None = None
+        self,
+        pool: EndpointPool,
+        policy: RetryPolicy | None = None,
+        seed: int = 0,
+        screen: AnswerScreen | None = None,
+        vocab_size: int | None = None,
     ) -> None:
         self.pool = pool
         self.policy = policy or RetryPolicy()
+        self.screen = screen
         self.vocab_size = vocab_size  # set: requests with ids at or above it are never sent
         self.stats = GenerationStats()
         self._rng = random.Random(seed)
@@ -116,9 +136,10 @@ class GenerateClient:
             self.stats.failed += 1
             result.error, result.retryable = f"id_beyond_model_vocab: {refused}", False
             return result
+        avoid: str | None = None  # after a server fault: another endpoint, when there is one
         for attempt in range(1, self.policy.max_attempts + 1):
             try:
-                endpoint = await self.pool.acquire()
+                endpoint = await self.pool.acquire(avoid)
             except NoEndpointAvailable as exc:
                 self.stats.failures["no_endpoint"] += 1
                 result.error, result.retryable = f"no_endpoint: {exc}", True
@@ -130,8 +151,23 @@ class GenerateClient:
             await self.pool.release(endpoint, ok=ok, endpoint_fault=not ok and outcome.transient)
             result.attempts, result.endpoint = attempt, endpoint.url
             if not isinstance(outcome, Failure):
-                result.output_ids, result.meta_info = outcome
+                output_ids, meta_info = outcome
+                verdict = (
+                    self.screen.check_answer(endpoint.url, request, output_ids, meta_info) if self.screen else None
+                )
+                if verdict is not None and verdict.server_fault:  # the model did not give this answer: ask again
+                    self.stats.server_faults += 1
+                    self.stats.failures[str(verdict.reason)] += 1
+                    avoid = endpoint.url
+                    if attempt == self.policy.max_attempts:
+                        result.error = f"gave up after {attempt} attempts: the last answer had {verdict.reason}"
+                        result.retryable = True
+                        break
+                    self.stats.retries += 1
+                    continue
+                result.output_ids, result.meta_info = output_ids, meta_info
                 result.finish_reason = result.meta_info.get("finish_reason") or {}
+                result.reject_reason = verdict.reason if verdict is not None else None
                 self.stats.completed += 1
                 self.stats.output_tokens += len(result.output_ids)
                 return result

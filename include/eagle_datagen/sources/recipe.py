@@ -5,6 +5,7 @@ version: 1
 name: demo
 seed: 20260101            # sampling under a cap is a pure function of (seed, category, prompt_id)
 max_reject_rate: 0.05     # fail the run when more input records than this are rejected
+max_rates: {prompt_echo: 0.05}   # highest acceptable share per reject reason (default: diagnosis.py's)
 defaults:
   samples_per_prompt: 1
   turns: last             # last: one sample per record; each: one per assistant turn (docs/multi-turn.md)
@@ -158,6 +159,9 @@ class Recipe(_Strict):
     # Literal special-token text in a record (a user typing <|im_end|>) forges turn boundaries; such
     # records are rejected (special_token_text) unless this is true. See docs/security.md.
     allow_special_token_text: bool = False
+    # The highest acceptable share of samples per reject reason (validation/diagnosis.py), over today's
+    # defaults; `--max-rate` and the trigger form override them. For example {prompt_echo: 0.05}.
+    max_rates: dict[str, float] = Field(default_factory=dict)
     defaults: Defaults = Defaults()
     decontamination: Decontamination | None = None
     near_duplicates: NearDuplicates | None = None  # off unless given ({} for the defaults)
@@ -171,6 +175,16 @@ class Recipe(_Strict):
             if not CATEGORY_PATTERN.fullmatch(name):
                 raise ValueError(f"category name {name!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
         return value
+
+    @field_validator("max_rates")
+    @classmethod
+    def _known_reasons(cls, value: dict[str, float]) -> dict[str, float]:
+        from eagle_datagen.validation.diagnosis import parse_rates
+
+        try:
+            return parse_rates(value, "max_rates")
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("max_rates: ")) from None
 
     def sampling_for(self, category: str) -> SamplingParams:
         return self.defaults.sampling.merged(self.categories[category].sampling)

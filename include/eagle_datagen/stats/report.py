@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from eagle_datagen.stats.draft_vocab import DraftVocab
+from eagle_datagen.stats.endpoint_table import endpoint_table
 from eagle_datagen.stats.prompt_rejects import prompt_rejects_table
 from eagle_datagen.stats.statistics import ALL, LENGTH_KINDS, token_frequency_summary
 
@@ -332,8 +333,15 @@ def _conversations_section(stats: dict[str, Any]) -> list[str]:
     ]
 
 
-def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, meta: dict[str, Any]) -> str:
-    """A self-contained HTML page of a run's statistics (and token frequencies when `counts` is given)."""
+def render_report(
+    stats: dict[str, Any],
+    counts: np.ndarray | None,
+    title: str,
+    meta: dict[str, Any],
+    endpoints: dict[str, Any] | None = None,
+) -> str:
+    """A self-contained HTML page of a run's statistics (and token frequencies when `counts` is given; the
+    per-endpoint table when `endpoints`, an endpoint_journal.endpoint_report, is given)."""
     from matplotlib import rc_context
 
     everything = stats[ALL]
@@ -401,6 +409,8 @@ def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, 
     else:
         parts.append("<p class='muted'>No token counts were given.</p>")
     parts += _conversations_section(stats)
+    if endpoints is not None:
+        parts += ["<h2>Endpoints</h2>", endpoint_table(endpoints)]
     parts += [
         "<h2>Prompt rejects by source</h2>",
         prompt_rejects_table(stats.get("prompt_rejects")),

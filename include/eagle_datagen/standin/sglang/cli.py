@@ -25,6 +25,8 @@ FAULT_FLAGS = {
     "no_think_end": "leave </think> out of the output",
     "echo": "the SGLang 0.5.0-0.5.4 bug: output_ids start with 1-5 ids copied from the prompt's end",
     "strip_think": "remove <think>/</think> from output_ids, as a misconfigured reasoning parser would",
+    "prompt_tokens": "report a prompt_tokens that disagrees with the ids sent, as a server or proxy that "
+    "re-tokenized the prompt with another tokenizer would",
 }
 
 

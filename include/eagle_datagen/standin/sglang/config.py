@@ -24,6 +24,7 @@ class FaultRates:
     no_think_end: float = 0.0  # the output lacks </think>
     echo: float = 0.0  # SGLang 0.5.0-0.5.4: output_ids start with the prompt's last 1-5 ids
     strip_think: float = 0.0  # a misconfigured reasoning parser removed <think> and </think>
+    prompt_tokens: float = 0.0  # meta_info.prompt_tokens disagrees with the ids sent (another tokenizer's count)
 
     def __post_init__(self) -> None:
         for name, value in self.to_dict().items():

@@ -23,6 +23,7 @@ from eagle_datagen.standin.sglang.faults import (
     ROUTER_429_BODY,
     ItemFaults,
     apply_output_faults,
+    reported_prompt_tokens,
 )
 from eagle_datagen.standin.sglang.outputs import Generation
 from eagle_datagen.standin.sglang.protocol import (
@@ -166,7 +167,7 @@ async def run_item(
             output_ids=output_ids,
             rid=item.rid,
             finish_reason=finish,
-            prompt_tokens=len(item.prompt_ids),
+            prompt_tokens=reported_prompt_tokens(item.prompt_ids, faults),
             completion_tokens=completion_tokens,
             e2e_latency=time.monotonic() - arrived,
             weight_version=cfg.weight_version,

@@ -8,8 +8,13 @@ REQ_HASH := $(shell cat $(REQ_FILES) | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 export EAGLE_DATAGEN_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
+# The real SGLang engine's own environment (SGLang pins its own transformers) and its tiny model; docs/real-engine.md.
+SGLANG_VENV := .venv-sglang
+SGLANG_PINS := engine/requirements.txt engine/requirements-nodeps.txt engine/constraints.txt engine/patch_torchvision.py
+SGLANG_HASH := $(shell cat $(SGLANG_PINS) | sha256sum | cut -c1-16)
+SGLANG_STAMP := $(SGLANG_VENV)/.installed-$(SGLANG_HASH)
 
-.PHONY: venv browser compose test test-fast demo demo-cli airflow lint bench constraints clean
+.PHONY: venv sglang sglang-serve browser compose test test-fast demo demo-cli airflow lint bench constraints clean
 
 venv: $(STAMP)
 
@@ -20,6 +25,24 @@ $(STAMP): $(REQ_FILES)
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt -c constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
+
+# `make sglang`: .venv-sglang (SGLang 0.5.23 on a CPU torch, the smg router) and the tiny model in the cache.
+sglang: venv $(SGLANG_STAMP)
+	@$(BIN)/python engine/build_tiny_model.py "$(EAGLE_DATAGEN_CACHE)" >/dev/null
+
+$(SGLANG_STAMP): $(SGLANG_PINS)
+	@test -x $(SGLANG_VENV)/bin/python || $(PYTHON) -m venv $(SGLANG_VENV)
+	@rm -f $(SGLANG_VENV)/.installed-*
+	@echo "building $(SGLANG_VENV) (SGLang on the CPU, about 2.4 GB) ..."
+	$(SGLANG_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SGLANG_VENV)/bin/python -m pip install --quiet -r engine/requirements.txt -c engine/constraints.txt
+	$(SGLANG_VENV)/bin/python -m pip install --quiet --no-deps -r engine/requirements-nodeps.txt
+	$(SGLANG_VENV)/bin/python engine/patch_torchvision.py
+	@touch $@
+
+sglang-serve: PORT = 30000
+sglang-serve: sglang  ## one real SGLang server (tiny model) on 127.0.0.1:$(PORT) in the foreground, until Ctrl-C
+	$(BIN)/python -m eagle_datagen_stack.sglang_engine --port $(PORT) $(SGLANG_SERVE_ARGS)
 
 # Debian's Chromium for the browser test of the Airflow UI (tests/stack/test_browser_ui.py); Playwright's own
 # browser download cannot work here (no access beyond the package registries).
@@ -37,7 +60,7 @@ compose:
 	  echo "installing Debian's docker-compose to validate docker-compose.yaml ..."; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
 
-test: venv lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
+test: venv sglang lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## skip the slow integration tests
@@ -54,7 +77,7 @@ airflow: venv  ## the demo's stack with Airflow's UI on 127.0.0.1:$(PORT), until
 	$(BIN)/python -m eagle_datagen_stack.ui --port $(PORT)
 
 lint: venv
-	$(BIN)/ruff check include tests bench dags plugins
+	$(BIN)/ruff check include tests bench dags plugins engine
 
 bench: venv  ## tokenization benchmark; writes its table to stdout (copy it into docs/benchmarks.md)
 	$(BIN)/python bench/bench_tokenize.py

@@ -130,16 +130,18 @@ def test_server_sigkilled_mid_run_then_restarted(engine, tmp_path):
 def _tokenizer_with_reserved_ids(standin_dir, target):
     """The stand-in shaped like the real Kimi-K2.5 tokenizer: ids up to 163,841 (two reserved ids above the
     model's vocab_size 163,840). Returns the directory and the text of id 163841."""
-    from transformers import AddedToken, AutoTokenizer
-
     shutil.copytree(standin_dir, target)
-    tok = AutoTokenizer.from_pretrained(str(target))
-    if len(tok) < 163_842:
-        names = [f"<|reserved_token_{i}|>" for i in range(len(tok) - 163_584, 258)]
-        tok.add_tokens([AddedToken(n, special=True, normalized=False) for n in names], special_tokens=True)
-        tok.save_pretrained(str(target))
-    assert len(tok) >= 163_842
-    return target, tok.convert_ids_to_tokens(163_841)
+    spec_path = target / "tokenizer.json"
+    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    vocab = spec["model"]["vocab"]
+    for token_id in range(max(vocab.values()) + 1, 163_842):  # none once the stand-in has the real shape
+        name = f"<|reserved_token_{token_id - 163_584}|>"
+        vocab[name] = token_id
+        spec["added_tokens"].append({"id": token_id, "content": name, "single_word": False, "lstrip": False,
+                                     "rstrip": False, "normalized": False, "special": True})
+    spec_path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    text = next(t for t, i in vocab.items() if i == 163_841)
+    return target, text
 
 
 @pytest.mark.xfail(strict=False, reason="rejecting ids >= vocab_size at tokenize time lands with branch tokshape "

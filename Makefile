@@ -28,7 +28,7 @@ $(STAMP): $(REQ_FILES)
 
 # `make sglang`: .venv-sglang (SGLang 0.5.23 on a CPU torch, the smg router) and the tiny model in the cache.
 sglang: venv $(SGLANG_STAMP)
-	@$(BIN)/python engine/build_tiny_model.py "$(EAGLE_DATAGEN_CACHE)" >/dev/null
+	@TRANSFORMERS_VERBOSITY=error $(BIN)/python engine/build_tiny_model.py "$(EAGLE_DATAGEN_CACHE)" >/dev/null
 
 $(SGLANG_STAMP): $(SGLANG_PINS)
 	@test -x $(SGLANG_VENV)/bin/python || $(PYTHON) -m venv $(SGLANG_VENV)

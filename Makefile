@@ -8,8 +8,13 @@ REQ_HASH := $(shell cat $(REQ_FILES) | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 export EAGLE_DATAGEN_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
+# The real SGLang engine's own environment (SGLang pins its own transformers) and its tiny model; docs/real-engine.md.
+SGLANG_VENV := .venv-sglang
+SGLANG_PINS := engine/requirements.txt engine/requirements-nodeps.txt engine/constraints.txt engine/patch_torchvision.py
+SGLANG_HASH := $(shell cat $(SGLANG_PINS) | sha256sum | cut -c1-16)
+SGLANG_STAMP := $(SGLANG_VENV)/.installed-$(SGLANG_HASH)
 
-.PHONY: venv speculators-env browser compose test test-fast demo demo-cli demo-multiturn airflow lint bench constraints clean
+.PHONY: venv sglang sglang-serve speculators-env browser compose test test-fast demo demo-cli demo-multiturn airflow lint bench constraints clean
 
 venv: $(STAMP)
 
@@ -20,6 +25,24 @@ $(STAMP): $(REQ_FILES)
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt -c constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
+
+# `make sglang`: .venv-sglang (SGLang 0.5.23 on a CPU torch, the smg router) and the tiny model in the cache.
+sglang: venv $(SGLANG_STAMP)
+	@TRANSFORMERS_VERBOSITY=error $(BIN)/python engine/build_tiny_model.py "$(EAGLE_DATAGEN_CACHE)" >/dev/null
+
+$(SGLANG_STAMP): $(SGLANG_PINS)
+	@test -x $(SGLANG_VENV)/bin/python || $(PYTHON) -m venv $(SGLANG_VENV)
+	@rm -f $(SGLANG_VENV)/.installed-*
+	@echo "building $(SGLANG_VENV) (SGLang on the CPU, about 2.4 GB) ..."
+	$(SGLANG_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SGLANG_VENV)/bin/python -m pip install --quiet -r engine/requirements.txt -c engine/constraints.txt
+	$(SGLANG_VENV)/bin/python -m pip install --quiet --no-deps -r engine/requirements-nodeps.txt
+	$(SGLANG_VENV)/bin/python engine/patch_torchvision.py
+	@touch $@
+
+sglang-serve: PORT = 30000
+sglang-serve: sglang  ## one real SGLang server (tiny model) on 127.0.0.1:$(PORT) in the foreground, until Ctrl-C
+	$(BIN)/python -m eagle_datagen_stack.sglang_engine --port $(PORT) $(SGLANG_SERVE_ARGS)
 
 # A side environment with speculators 0.9.0 on torch 2.13.0 (pip gets a CPU build here; elsewhere torch==2.13.0
 # may mean a CUDA build of several GB) for tests/export/test_speculators_e2e.py, which skips without it.
@@ -46,8 +69,8 @@ compose:
 	  echo "installing Debian's docker-compose to validate docker-compose.yaml ..."; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
 
-test: venv lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+test: venv sglang lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
+	EAGLE_DATAGEN_REQUIRE_ENGINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## skip the slow integration tests
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -66,7 +89,7 @@ airflow: venv  ## the demo's stack with Airflow's UI on 127.0.0.1:$(PORT), until
 	$(BIN)/python -m eagle_datagen_stack.ui --port $(PORT)
 
 lint: venv
-	$(BIN)/ruff check include tests bench dags plugins
+	$(BIN)/ruff check include tests bench dags plugins engine
 
 bench: venv  ## tokenization benchmark; writes its table to stdout (copy it into docs/benchmarks.md)
 	$(BIN)/python bench/bench_tokenize.py

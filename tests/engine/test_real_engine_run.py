@@ -144,8 +144,6 @@ def _tokenizer_with_reserved_ids(standin_dir, target):
     return target, text
 
 
-@pytest.mark.xfail(strict=False, reason="rejecting ids >= vocab_size at tokenize time lands with branch tokshape "
-                   "(issue 11 item 3); before it the 163,842-id tokenizer is refused outright")
 def test_out_of_vocab_prompt_never_reaches_the_server(engine, tmp_path, standin_dir):
     """An id >= the model's vocab_size kills a real SGLang server: such a prompt must be rejected at tokenize
     time with its own reason, and the others generated. Last in this module: if the id did get through, the

@@ -208,7 +208,7 @@ def _first_error(exc: ValidationError) -> str:
     where = ".".join(str(part) for part in error["loc"]) or "recipe"
     message = error["msg"]
     if error["type"] == "extra_forbidden":
-        message = "unknown key (check the spelling against the recipe format in the README)"
+        message = "unknown key (check the spelling against the recipe format in docs/configuration.md)"
     more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return f"{where}: {message}{more}"
 

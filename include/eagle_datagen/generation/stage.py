@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import itertools
 import logging
 import math
@@ -56,7 +57,7 @@ from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.inference.scheduler import generation_details, run_jobs
 from eagle_datagen.profile import load_profile
 from eagle_datagen.progress import Progress
-from eagle_datagen.sources.collect import check_sources
+from eagle_datagen.sources.collect import resolve_sources
 from eagle_datagen.sources.recipe import Defaults, Recipe
 from eagle_datagen.storage.output_root import OutputRoot, open_output_root
 from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, collect_and_tokenize, setup_tokenize
@@ -67,6 +68,15 @@ RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # no dots: mani
 WINDOW_PER_SLOT = 1.25
 DEFAULT_WINDOW = 64
 CANARY_MESSAGES = [{"role": "user", "content": "Reply with the single word OK."}]
+
+
+class Unread(enum.Enum):
+    """`prepare_plan`'s caller has not read the plan yet (None means it read it and there is none)."""
+
+    UNREAD = "unread"
+
+
+UNREAD = Unread.UNREAD
 
 
 @dataclass(frozen=True)
@@ -357,10 +367,12 @@ def prepare_plan(
     options: RunOptions,
     provenance: dict[str, Any],
     weight_version: str | None = None,
+    existing: RunPlan | None | Unread = UNREAD,
 ) -> RunPlan:
     """Load the run's plan, or source, tokenize, claim the samples (incremental.py) and write it. A rerun
-    never re-sources."""
-    existing = load_plan(root, run_id)
+    never re-sources. `existing` is the plan the caller already read (None: there is none)."""
+    if existing is UNREAD:
+        existing = load_plan(root, run_id)
     if existing is not None:
         log.info("run %s: continuing the existing plan (%d shards)", run_id, len(existing.shards))
         return existing
@@ -409,8 +421,8 @@ def run_generation(options: RunOptions) -> RunSummary:
     options = resolve_thresholds(options, setup.recipe)
     root = open_output_root(options.prompts.output)
     existing = load_plan(root, run_id)
-    if existing is None:  # a rerun works from its plan and needs no sources
-        check_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
+    if existing is None:  # a rerun works from its plan and needs no sources; the plan reuses this listing
+        setup.resolved_sources = resolve_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
     model = options.model or setup.profile.model
     canary = canary_request(setup, options, existing)
     servers = asyncio.run(
@@ -425,7 +437,7 @@ def run_generation(options: RunOptions) -> RunSummary:
     )
     provenance = setup.loaded.provenance() | {"servers": [s.provenance() for s in servers]}
     try:
-        plan = prepare_plan(setup, root, run_id, options, provenance, servers[0].weight_version)
+        plan = prepare_plan(setup, root, run_id, options, provenance, servers[0].weight_version, existing)
     except NothingToDo as done:
         log.info("%s", done)
         return RunSummary(

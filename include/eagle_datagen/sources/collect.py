@@ -130,10 +130,20 @@ def plans_from_sources(specs: list[str], **source_settings: Any) -> list[SourceP
         raise ConfigError(f"--prompts {error['loc'][-1] if error['loc'] else ''}: {error['msg']}") from None
 
 
-def check_sources(plans: list[SourcePlan], base_dir: Path | None = None) -> int:
+# The files of each source spec, by (index of its plan, index of the spec in the plan).
+ResolvedSources = dict[tuple[int, int], list[SourceFile]]
+
+
+def resolve_sources(plans: list[SourcePlan], base_dir: Path | None = None) -> ResolvedSources:
     """Resolve every source spec now (a missing file or bucket is a `SourceError` before any GPU time is
-    spent); returns the number of files. Reading and validating them comes later, in `collect_prompts`."""
-    return sum(len(_resolve(spec, base_dir)) for plan in plans for spec in plan.sources)
+    spent). Reading and validating the files comes later, in `collect_prompts`, which takes this result so
+    that a run lists its sources once."""
+    return {(p, s): _resolve(spec, base_dir) for p, plan in enumerate(plans) for s, spec in enumerate(plan.sources)}
+
+
+def check_sources(plans: list[SourcePlan], base_dir: Path | None = None) -> int:
+    """`resolve_sources`, counted: the number of files."""
+    return sum(len(files) for files in resolve_sources(plans, base_dir).values())
 
 
 def _resolve(spec: SourceSpec, base_dir: Path | None) -> list[SourceFile]:
@@ -161,7 +171,10 @@ def collect_prompts(
     categories: list[str] | None = None,
     limit_per_category: int | None = None,
     filters: PromptFilters | None = None,
+    resolved: ResolvedSources | None = None,
 ) -> CollectedPrompts:
+    """Read, validate, dedup, filter and cap the prompts of `plans`; `resolved` (from `resolve_sources`)
+    saves listing the sources again."""
     counts: dict[str, CategoryCounts] = defaultdict(CategoryCounts)
     per_source: dict[str, SourceCounts] = defaultdict(SourceCounts)
     rejects: list[Reject] = []
@@ -170,12 +183,13 @@ def collect_prompts(
     seen: set[str] = set()
     progress = Progress("read prompts", unit="records")
 
-    for plan in plans:
-        for spec in plan.sources:
+    for plan_index, plan in enumerate(plans):
+        for spec_index, spec in enumerate(plan.sources):
             specs.append(spec)
             fmt = spec.source_format()
             tally = per_source[spec.path]
-            for source_file in _resolve(spec, base_dir):
+            files = resolved[plan_index, spec_index] if resolved is not None else _resolve(spec, base_dir)
+            for source_file in files:
                 for row in read_rows(source_file, fmt):
                     progress.advance()
                     tally.read += 1

@@ -18,6 +18,7 @@ from eagle_datagen.sources.benchmarks import BenchmarkSource, load_benchmark
 from eagle_datagen.sources.collect import (
     CollectedPrompts,
     PromptFilters,
+    ResolvedSources,
     SourcePlan,
     check_reject_rate,
     collect_prompts,
@@ -95,6 +96,7 @@ class TokenizeSetup:
     seed: int
     allow_special_token_text: bool = False
     filters: PromptFilters = PromptFilters()
+    resolved_sources: ResolvedSources | None = None  # set once the sources are checked, so they are listed once
 
     @property
     def profile(self) -> ModelProfile:
@@ -198,6 +200,7 @@ def collect_and_tokenize(
         categories=options.categories,
         limit_per_category=options.limit,
         filters=setup.filters,
+        resolved=setup.resolved_sources,
     )
     if collected.reject_rate > setup.max_reject_rate:  # stop before tokenizing, but keep the reasons
         write_rejects(root, rejects_key, collected.rejects)

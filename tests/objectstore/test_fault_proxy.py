@@ -10,7 +10,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError
 
-from eagle_datagen.objectstore.fault_proxy import S3FaultProxy
+from s3_fault_proxy import S3FaultProxy
 
 pytestmark = pytest.mark.slow
 

@@ -22,11 +22,11 @@ import pytest
 from store_checker import Store, check_run
 
 from eagle_datagen.inference.preflight import CANARY_TRIES
-from eagle_datagen.objectstore.fault_proxy import S3FaultProxy
 from eagle_datagen.objectstore.seaweedfs import SeaweedFS
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from generation_runs import Invocation, after_generations, generations, run_cli
+from s3_fault_proxy import S3FaultProxy
 
 from conftest import REPO, user_record, write_jsonl
 

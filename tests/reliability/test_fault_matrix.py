@@ -25,12 +25,12 @@ from eagle_datagen.generation.screen import RunStopped
 from eagle_datagen.generation.stage import RunSummary, SamplingOverrides, run_generation
 from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.retry import RetryPolicy
-from eagle_datagen.objectstore.fault_proxy import S3FaultProxy
 from eagle_datagen.objectstore.s3 import s3_client
 from eagle_datagen.objectstore.seaweedfs import SeaweedFS
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from generation_runs import after_generations, checkpointed_samples, run_cli, run_options
+from s3_fault_proxy import S3FaultProxy
 
 from conftest import REPO, user_record, write_jsonl
 

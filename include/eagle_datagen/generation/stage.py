@@ -210,6 +210,23 @@ def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | No
     return {"input_ids": ids, "sampling_params": params, "rid": f"eagle-datagen-canary-{secrets.token_hex(4)}"}
 
 
+def finish_type(row: dict[str, Any]) -> str:
+    """A checkpoint row's outcome as the run summary counts it."""
+    return "error" if row["error"] else (row["finish_reason"] or {}).get("type", "abort")
+
+
+@dataclass
+class StoredTally:
+    """What the run's checkpoints hold, counted while they are loaded and written, so that the end of a run
+    needs no second read of them."""
+
+    finish: Counter[str] = field(default_factory=Counter)
+    done: int = 0  # single-turn samples stored and conversations ended
+
+    def count(self, row: dict[str, Any]) -> None:
+        self.finish[finish_type(row)] += 1
+
+
 def pending_requests(
     root: OutputRoot, plan: RunPlan, shard_indices: list[int], done: dict[int, set[str]]
 ) -> Iterator[SampleRequest]:
@@ -225,9 +242,10 @@ def pending_requests(
 
 
 def pending_conversations(
-    root: OutputRoot, plan: RunPlan, shard_indices: list[int]
+    root: OutputRoot, plan: RunPlan, shard_indices: list[int], tally: StoredTally | None = None
 ) -> tuple[list[ConversationJob], dict[int, dict[str, dict[str, Any]]]]:
-    """The conversations of these `turns: each` shards that have not ended, and their shards' stored steps."""
+    """The conversations of these `turns: each` shards that have not ended, and their shards' stored steps;
+    `tally` counts every stored step and every ended conversation."""
     jobs: list[ConversationJob] = []
     stored: dict[int, dict[str, dict[str, Any]]] = {}
     for index in shard_indices:
@@ -235,6 +253,10 @@ def pending_conversations(
             continue
         rows = load_checkpoints(root, plan.run_id, index)
         ended = {cid for cid, steps in conversation_rows(rows).items() if has_ended(steps)}
+        if tally is not None:
+            for row in rows.values():
+                tally.count(row)
+            tally.done += len(ended)
         # keep only the steps of conversations to continue: memory holds the interrupted ones, not the run
         stored[index] = {
             k: r for k, r in rows.items() if (r.get("conversation") or {}).get("conversation_id") not in ended
@@ -252,14 +274,23 @@ async def generate_pending(
     vocab_size: int | None = None,
     tokenizer: Any = None,
     by: str = "run",
+    tally: StoredTally | None = None,
 ) -> tuple[int, int, GenerateClient]:
     """Generate every sample of these shards that has no checkpoint yet, and every step of their
     conversations that has not been stored. Returns (resumed, to_do, client), counted in samples and
     conversations. With `vocab_size` (the model's), a request holding an id at or above it is never sent;
-    `tokenizer` renders the steps of `turns: each` shards."""
+    `tokenizer` renders the steps of `turns: each` shards; `tally` ends up counting what the shards'
+    checkpoints hold, those found and those written."""
+    tally = tally if tally is not None else StoredTally()
     single = [index for index in shard_indices if not is_conversation_shard(plan, index)]
-    done = {index: set(load_checkpoints(root, plan.run_id, index)) for index in single}  # ids only
-    conversations, stored_steps = pending_conversations(root, plan, shard_indices)
+    done: dict[int, set[str]] = {}
+    for index in single:
+        rows = load_checkpoints(root, plan.run_id, index)
+        for row in rows.values():
+            tally.count(row)
+        tally.done += len(rows)
+        done[index] = set(rows)  # ids only
+    conversations, stored_steps = pending_conversations(root, plan, shard_indices, tally)
     if conversations and tokenizer is None:
         raise ConfigError("a turns: each shard needs the tokenizer to render its steps")
     to_do = sum(plan.shards[index].samples for index in single) - sum(len(ids) for ids in done.values())
@@ -297,7 +328,13 @@ async def generate_pending(
     async def stored(result: SampleResult) -> None:
         await checkpoints.add(result)  # first: the result that stops the run is kept too
         if should_checkpoint(result):
+            tally.count(result.to_checkpoint())
+            tally.done += 1
             screen.count_row(result)
+
+    async def stored_step(shard: int, row: dict[str, Any]) -> None:
+        await checkpoints.add_row(shard, row)
+        tally.count(row)
 
     try:
         async with (
@@ -312,14 +349,15 @@ async def generate_pending(
                 tokenizer,
                 profile,
                 options.publish.limits,
-                checkpoints.add_row,
+                stored_step,
                 stored_steps,
                 on_answer=screen.count_row,
             )
 
             def conversation_job(job: ConversationJob) -> Callable[[], Awaitable[None]]:
                 async def run() -> None:
-                    await runner.run(job)
+                    if await runner.run(job):
+                        tally.done += 1
                     progress.advance()
 
                 return run
@@ -342,22 +380,6 @@ async def generate_pending(
             await asyncio.to_thread(journal.record_tally, screen.tally())
     log.info("endpoints: %s", pool.describe())
     return resumed, to_do, client
-
-
-def _finish_counts(root: OutputRoot, plan: RunPlan) -> tuple[Counter[str], int]:
-    """Stored results by finish type, and how many of the plan's samples (single-turn samples and whole
-    conversations) are done."""
-    counts: Counter[str] = Counter()
-    done = 0
-    for info in plan.shards:
-        rows = load_checkpoints(root, plan.run_id, info.index)
-        for row in rows.values():
-            counts["error" if row["error"] else (row["finish_reason"] or {}).get("type", "abort")] += 1
-        if is_conversation_shard(plan, info.index):
-            done += sum(has_ended(steps) for steps in conversation_rows(rows).values())
-        else:
-            done += len(rows)
-    return counts, done
 
 
 def prepare_plan(
@@ -465,6 +487,7 @@ def run_generation(options: RunOptions) -> RunSummary:
             plan.provenance,
         )
         check_plan_matches(plan, wanted)
+    tally = StoredTally()
     resumed, generated, client = asyncio.run(
         generate_pending(
             root,
@@ -474,9 +497,10 @@ def run_generation(options: RunOptions) -> RunSummary:
             options,
             vocab_size=setup.profile.vocab_size,
             tokenizer=setup.loaded.tokenizer,
+            tally=tally,
         )
     )
-    finish, done = _finish_counts(root, plan)
+    finish, done = tally.finish, tally.done  # counted on the way: the checkpoints are read once more, to publish
     published = publish_run(root, plan, setup.profile, options.publish) if done == plan.total_samples else None
     return RunSummary(
         run_id=run_id,

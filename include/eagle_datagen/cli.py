@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from eagle_datagen import settings
 from eagle_datagen.conversation import TURNS
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.sources.formats import FORMAT_NAMES, HISTORY_POLICIES
@@ -206,9 +207,9 @@ def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-record-bytes",
         type=_positive_int,
-        default=1_000_000,
+        default=settings.MAX_RECORD_BYTES,
         metavar="N",
-        help="reject records whose prompt JSON is larger than N bytes (default: 1000000)",
+        help=f"reject records whose prompt JSON is larger than N bytes (default: {settings.MAX_RECORD_BYTES})",
     )
 
 
@@ -222,9 +223,10 @@ def _add_tokenizer_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--profile",
-        default="kimi-k2.5",
+        default=settings.PROFILE,
         metavar="NAME|FILE",
-        help="model profile: a shipped name (kimi-k2.5, qwen3, deepseek-r1) or a YAML file (default: kimi-k2.5)",
+        help="model profile: a shipped name (kimi-k2.5, qwen3, deepseek-r1) or a YAML file "
+        f"(default: {settings.PROFILE})",
     )
     group.add_argument(
         "--trust-remote-code",
@@ -334,32 +336,32 @@ def build_parser() -> argparse.ArgumentParser:
     servers.add_argument(
         "--max-attempts",
         type=_positive_int,
-        default=8,
+        default=settings.MAX_ATTEMPTS,
         metavar="N",
         help="attempts per sample for transient failures (503, 429, 408, 5xx, aborts, disconnects, "
-        "timeouts) before it is left for a rerun (default: 8)",
+        f"timeouts) before it is left for a rerun (default: {settings.MAX_ATTEMPTS})",
     )
     servers.add_argument(
         "--request-timeout",
         type=_positive_float,
-        default=3600.0,
+        default=settings.REQUEST_TIMEOUT_S,
         metavar="S",
-        help="seconds one /generate request may take (default: 3600)",
+        help=f"seconds one /generate request may take (default: {settings.REQUEST_TIMEOUT_S:g})",
     )
     servers.add_argument(
         "--give-up-after",
         type=_positive_float,
-        default=600.0,
+        default=settings.GIVE_UP_AFTER_S,
         metavar="S",
         help="when every endpoint has been failing for S seconds, stop and leave the remaining samples for a "
-        "rerun (default: 600)",
+        f"rerun (default: {settings.GIVE_UP_AFTER_S:g})",
     )
     servers.add_argument(
         "--wait-ready",
         type=_non_negative_float,
-        default=30.0,
+        default=settings.WAIT_READY_S,
         metavar="S",
-        help="how long the preflight waits for a server that is still starting (default: 30)",
+        help=f"how long the preflight waits for a server that is still starting (default: {settings.WAIT_READY_S:g})",
     )
     servers.add_argument(
         "--no-canary",
@@ -426,21 +428,25 @@ def build_parser() -> argparse.ArgumentParser:
         "live run stays silent); an older run's samples are generated again",
     )
     output.add_argument(
-        "--shard-size", type=_positive_int, default=1000, metavar="N", help="prompts per shard (default: 1000)"
+        "--shard-size",
+        type=_positive_int,
+        default=settings.SHARD_SIZE,
+        metavar="N",
+        help=f"prompts per shard (default: {settings.SHARD_SIZE})",
     )
     output.add_argument(
         "--checkpoint-every",
         type=_positive_int,
-        default=64,
+        default=settings.CHECKPOINT_EVERY,
         metavar="N",
-        help="write finished samples to ROOT/checkpoints when N are waiting (default: 64)",
+        help=f"write finished samples to ROOT/checkpoints when N are waiting (default: {settings.CHECKPOINT_EVERY})",
     )
     output.add_argument(
         "--checkpoint-interval",
         type=_positive_float,
-        default=2.0,
+        default=settings.CHECKPOINT_INTERVAL_S,
         metavar="S",
-        help="... or when the oldest has waited S seconds (default: 2)",
+        help=f"... or when the oldest has waited S seconds (default: {settings.CHECKPOINT_INTERVAL_S:g})",
     )
     output.add_argument(
         "--processes",
@@ -596,7 +602,6 @@ def _tokenize(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from eagle_datagen.generation.checkpoint import CheckpointPolicy
-    from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
     from eagle_datagen.generation.publish import PublishOptions
     from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
     from eagle_datagen.inference.endpoints import BreakerPolicy
@@ -626,12 +631,12 @@ def _run(args: argparse.Namespace) -> int:
             canary=not args.no_canary,
             incremental=args.incremental,
             per_weight_version=args.per_weight_version,
-            claim_ttl_s=args.claim_ttl or DEFAULT_CLAIM_TTL_S,
+            claim_ttl_s=args.claim_ttl or settings.CLAIM_TTL_S,
             preflight_wait_s=args.wait_ready,
             max_rates=dict(args.max_rate),
             publish=PublishOptions(
                 limits=ValidationLimits(max_reasoning_tokens=args.max_reasoning_tokens),
-                draft_vocab_size=args.draft_vocab_size or 32000,
+                draft_vocab_size=args.draft_vocab_size or settings.DRAFT_VOCAB_SIZE,
                 draft_vocab_required=args.draft_vocab_size is not None,
             ),
         )

@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from eagle_datagen import settings
 from eagle_datagen.conversation import TURNS
 from eagle_datagen.sources.recipe import Recipe
 
@@ -93,7 +94,7 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             section=SAMPLING,
         ),
         "shard_size": Param(
-            1000,
+            settings.SHARD_SIZE,
             type="integer",
             minimum=1,
             title="Shard size",

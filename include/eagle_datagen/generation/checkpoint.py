@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from eagle_datagen import settings
 from eagle_datagen.inference.samples import SampleResult
 from eagle_datagen.storage.output_root import OutputRoot
 
@@ -50,8 +51,8 @@ def load_checkpoints(root: OutputRoot, run_id: str, shard: int) -> dict[str, dic
 
 @dataclass
 class CheckpointPolicy:
-    max_samples: int = 64  # flush when this many samples are waiting
-    max_age_s: float = 2.0  # ... or when the oldest has waited this long
+    max_samples: int = settings.CHECKPOINT_EVERY  # flush when this many samples are waiting
+    max_age_s: float = settings.CHECKPOINT_INTERVAL_S  # ... or when the oldest has waited this long
 
 
 class CheckpointWriter:

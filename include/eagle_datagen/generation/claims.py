@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from eagle_datagen import settings
 from eagle_datagen.storage.output_root import OutputRoot
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ CLAIM_METADATA = b"eagle_datagen.claim"
 # longest quiet spells: shards waiting for a slot of the `sglang` pool, the first samples of a shard (32k
 # output tokens at 30 tokens/s is about 18 minutes) and task retries backing off (up to 15 minutes). An hour
 # outlasts these, and a run that died frees its samples for the next run the same day.
-DEFAULT_CLAIM_TTL_S = 3600.0
+DEFAULT_CLAIM_TTL_S = settings.CLAIM_TTL_S  # declared in settings.py
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from eagle_datagen import settings
 from eagle_datagen.conversation.driver import ConversationRunner, conversation_rows, has_ended
 from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.errors import ConfigError, DataGenError
@@ -114,7 +115,7 @@ class RunOptions:
     plan_lock: PlanLockPolicy = field(default_factory=PlanLockPolicy)
     claim: bool = True  # False for a dry run: a plan that is never generated holds no samples
     canary_max_new_tokens: int = 4096
-    preflight_wait_s: float = 30.0
+    preflight_wait_s: float = settings.WAIT_READY_S
 
 
 @dataclass

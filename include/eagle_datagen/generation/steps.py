@@ -18,6 +18,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
 from eagle_datagen.generation.incremental import NothingToDo
@@ -48,7 +49,8 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs, as plain values (what a trigger form or a connection provides)."""
+    """Everything a run needs, as plain values (what a trigger form or a connection provides). Every field is
+    a setting of eagle_datagen/settings.py, where its default and its other front ends are declared."""
 
     output: str
     tokenizer: str
@@ -57,7 +59,7 @@ class RunConfig:
     recipe: str | None = None
     prompts: list[str] = dataclasses.field(default_factory=list)
     categories: list[str] | None = None
-    profile: str = "kimi-k2.5"
+    profile: str = settings.PROFILE
     model: str | None = None
     limit: int | None = None
     near_duplicate_threshold: float | None = None  # None: the recipe's near_duplicates
@@ -66,16 +68,16 @@ class RunConfig:
     top_p: float | None = None
     samples_per_prompt: int | None = None
     turns: str | None = None  # last | each; None: the recipe's
-    shard_size: int = 1000
+    shard_size: int = settings.SHARD_SIZE
     concurrency: int | None = None
     incremental: bool = False
     per_weight_version: bool = False
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
     dry_run: bool = False  # plan only: the orchestrator generates nothing, so the plan claims no samples
-    draft_vocab_size: int = 32000
+    draft_vocab_size: int = settings.DRAFT_VOCAB_SIZE
     # {reason: highest acceptable share} over the recipe's max_rates and today's defaults (--max-rate)
     max_rates: dict[str, float] = dataclasses.field(default_factory=dict)
-    max_attempts: int = 8
+    max_attempts: int = settings.MAX_ATTEMPTS
     canary: bool = True
     trust_remote_code: bool = False
 

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from eagle_datagen import settings
+
 
 @dataclass
 class Endpoint:
@@ -36,7 +38,7 @@ class BreakerPolicy:
     max_open_s: float = 60.0
     # With every endpoint out and no success for this long, stop waiting: the samples left are given back
     # as retryable (a rerun picks them up) instead of the run hanging on a dead deployment.
-    give_up_after_s: float = 600.0
+    give_up_after_s: float = settings.GIVE_UP_AFTER_S
 
 
 class NoEndpointAvailable(Exception):

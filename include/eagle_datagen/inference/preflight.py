@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.retry import RetryPolicy, failure_from_status
@@ -262,7 +263,7 @@ async def preflight_endpoint(
     expected_model: str,
     canary_body: dict[str, Any] | None,
     allow_model_mismatch: bool = False,
-    wait_s: float = 30.0,
+    wait_s: float = settings.WAIT_READY_S,
 ) -> ServerInfo:
     await _wait_healthy(session, url, wait_s)
     model_info = await _get_json(session, url, "/get_model_info")
@@ -301,7 +302,7 @@ async def preflight(
     expected_model: str,
     canary_body: dict[str, Any] | None,
     allow_model_mismatch: bool = False,
-    wait_s: float = 30.0,
+    wait_s: float = settings.WAIT_READY_S,
     canary_timeout_s: float = 600.0,
 ) -> list[ServerInfo]:
     check_endpoint_urls(urls)

@@ -5,16 +5,18 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from eagle_datagen import settings
+
 # Overload and server restarts: worth another try, possibly on another endpoint.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    max_attempts: int = 8
+    max_attempts: int = settings.MAX_ATTEMPTS
     base_delay_s: float = 0.5
     max_delay_s: float = 30.0
-    request_timeout_s: float = 3600.0  # a long reasoning trace at real GPU speed takes minutes
+    request_timeout_s: float = settings.REQUEST_TIMEOUT_S  # a long reasoning trace at real GPU speed takes minutes
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         """Exponential backoff with full jitter: spreads retries of many requests failed at once."""

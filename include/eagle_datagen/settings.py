@@ -1,0 +1,540 @@
+"""The settings of a run, declared once: their defaults (and why), and where each front end takes them.
+
+A run is configured from three front ends: the `eagle-datagen run` flags (cli.py), the recipe
+(sources/recipe.py) and, in Airflow, the trigger form (plugins/eagle_datagen_airflow/form.py), the SGLang
+connection and the DAG itself, which reach the steps as a `generation.steps.RunConfig`. Every setting is a
+`Setting` below; the front ends take their constant defaults from here (`default_of`), and
+tests/test_settings.py fails when a flag, a recipe key, a form param, a connection key or a `RunConfig` field
+exists that this table does not declare, when a declared one is missing, or when a setting is missing from a
+front end without `only` saying why (a front-end-only setting).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# The defaults several modules need; the table below is their one declaration.
+SHARD_SIZE = 1000
+MAX_ATTEMPTS = 8
+DRAFT_VOCAB_SIZE = 32000
+CLAIM_TTL_S = 3600.0
+REQUEST_TIMEOUT_S = 3600.0
+GIVE_UP_AFTER_S = 600.0
+WAIT_READY_S = 30.0
+CHECKPOINT_EVERY = 64
+CHECKPOINT_INTERVAL_S = 2.0
+MAX_RECORD_BYTES = 1_000_000
+PROFILE = "kimi-k2.5"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any  # what a run uses when no front end sets it (None: decided elsewhere, `why` says where)
+    why: str  # why the default is what it is
+    cli: str | None = None  # the flag of `eagle-datagen run`
+    recipe: str | None = None  # the recipe key: top level, `defaults.*`, `category.*` or `source.*`
+    form: str | None = None  # the param of the Airflow trigger form
+    airflow: str | None = None  # how Airflow sets it without a form param: "extra:<key>", "env:<VAR>", or a phrase
+    config: str | None = None  # the field of generation.steps.RunConfig that carries it to the steps
+    only: str = ""  # why a front end lacks it (required when one does)
+
+    @property
+    def in_cli(self) -> bool:
+        return self.cli is not None
+
+    @property
+    def in_recipe(self) -> bool:
+        return self.recipe is not None
+
+    @property
+    def in_airflow(self) -> bool:
+        return self.form is not None or self.airflow is not None
+
+
+_DEPLOYMENT = "a fact of the deployment, not of the prompt set: no recipe key"
+_RECIPE_FOR_AIRFLOW = "Airflow runs take the DAG's recipe value, so every run of a category DAG agrees"
+
+RUN_SETTINGS: tuple[Setting, ...] = (
+    # --- prompt sources
+    Setting(
+        "prompts",
+        [],
+        "no default source: a run names its prompts",
+        cli="--prompts",
+        recipe="category.sources",
+        config="prompts",
+        only="Airflow runs read the sources of the DAG's recipe category",
+    ),
+    Setting(
+        "recipe",
+        None,
+        "optional: --prompts alone is a run",
+        cli="--recipe",
+        airflow="env:EAGLE_DATAGEN_RECIPE",
+        config="recipe",
+        only="the recipe is the file itself",
+    ),
+    Setting(
+        "prompts_format",
+        None,
+        "detected per record, so mixed sources need no flag",
+        cli="--prompts-format",
+        recipe="source.format",
+        only="Airflow: the recipe's per-source format",
+    ),
+    Setting(
+        "prompts_column",
+        {},
+        "the formats' own column names",
+        cli="--prompts-column",
+        recipe="source.columns",
+        only="Airflow: the recipe's per-source columns",
+    ),
+    Setting(
+        "prompts_history",
+        None,
+        "keep: earlier replies are the conversation's context",
+        cli="--prompts-history",
+        recipe="source.history",
+        only="Airflow: the recipe's per-source history",
+    ),
+    Setting(
+        "dataset_split",
+        None,
+        "train, the split a dataset's prompts are in",
+        recipe="source.split",
+        only="CLI: in the hf:// URI (?split=); Airflow: the recipe's",
+    ),
+    Setting(
+        "dataset_config",
+        None,
+        "the dataset's default configuration",
+        recipe="source.config",
+        only="CLI: in the hf:// URI (?config=); Airflow: the recipe's",
+    ),
+    Setting(
+        "max_prompts",
+        None,
+        "no cap: a prompt set is used whole unless its recipe caps it",
+        recipe="category.max_prompts",
+        only="a cap belongs to the prompt set; --limit and the form's limit "
+        "narrow one run (a source's max_prompts is source.max_prompts)",
+    ),
+    Setting(
+        "source_max_prompts",
+        None,
+        "no cap per source",
+        recipe="source.max_prompts",
+        only="a cap of one source of a recipe category",
+    ),
+    Setting(
+        "categories",
+        None,
+        "every category of the recipe",
+        cli="--categories",
+        recipe="categories",
+        airflow="one DAG per category",
+        config="categories",
+    ),
+    Setting(
+        "limit",
+        None,
+        "every prompt; a limit is for trying a run small",
+        cli="--limit",
+        form="limit",
+        config="limit",
+        only="the recipe caps with max_prompts",
+    ),
+    Setting(
+        "seed",
+        0,
+        "a fixed seed, so caps select the same prompts on every rerun",
+        cli="--seed",
+        recipe="seed",
+        only=_RECIPE_FOR_AIRFLOW,
+    ),
+    Setting(
+        "max_reject_rate",
+        0.05,
+        "a few bad records are normal; more means a wrong source or format",
+        cli="--max-reject-rate",
+        recipe="max_reject_rate",
+        only=_RECIPE_FOR_AIRFLOW,
+    ),
+    Setting(
+        "benchmarks",
+        [],
+        "decontamination is opt-in: which benchmarks matter depends on the drafter",
+        cli="--benchmark",
+        recipe="decontamination.benchmarks",
+        only=_RECIPE_FOR_AIRFLOW,
+    ),
+    Setting(
+        "benchmark_ngram",
+        13,
+        "13 words: the n-gram length of the usual contamination studies",
+        cli="--benchmark-ngram",
+        recipe="decontamination.ngram",
+        only=_RECIPE_FOR_AIRFLOW,
+    ),
+    Setting(
+        "near_duplicate_threshold",
+        None,
+        "off; 0.7 when on: one word changed in 36 keeps 0.84",
+        cli="--near-duplicate-threshold",
+        recipe="near_duplicates.threshold",
+        form="near_duplicate_threshold",
+        config="near_duplicate_threshold",
+    ),
+    Setting(
+        "near_duplicate_shingle_words",
+        3,
+        "3-word shingles: word order matters, rewording does not hide",
+        recipe="near_duplicates.shingle_words",
+        only="a tuning of the filter, kept with the prompt set",
+    ),
+    Setting(
+        "near_duplicate_num_perm",
+        128,
+        "128 permutations: about 0.09 error on the similarity estimate",
+        recipe="near_duplicates.num_perm",
+        only="a tuning of the filter, kept with the prompt set",
+    ),
+    Setting(
+        "max_record_bytes",
+        MAX_RECORD_BYTES,
+        "1 MB of prompt JSON is far above any real prompt",
+        cli="--max-record-bytes",
+        only="a reader's safety limit, for the rare source with huge records",
+    ),
+    # --- model and tokenizer
+    Setting(
+        "tokenizer",
+        None,
+        "no default: it must be the served model's",
+        cli="--tokenizer",
+        airflow="extra:tokenizer",
+        config="tokenizer",
+        only=_DEPLOYMENT,
+    ),
+    Setting(
+        "profile",
+        PROFILE,
+        "Kimi-K2.5 is the first target",
+        cli="--profile",
+        airflow="extra:profile",
+        config="profile",
+        only=_DEPLOYMENT,
+    ),
+    Setting(
+        "trust_remote_code",
+        False,
+        "never on by default: tokenizer code runs with the worker's rights",
+        cli="--trust-remote-code",
+        airflow="extra:trust_remote_code",
+        config="trust_remote_code",
+        only=_DEPLOYMENT,
+    ),
+    Setting(
+        "allow_special_token_text",
+        False,
+        "special-token text in a record forges turn boundaries",
+        cli="--allow-special-token-text",
+        recipe="allow_special_token_text",
+        only="an opt-in for a reviewed prompt set: " + _RECIPE_FOR_AIRFLOW,
+    ),
+    Setting(
+        "max_prompt_tokens",
+        32768,
+        "longer prompts are rare and leave little room for the answer",
+        cli="--max-prompt-tokens",
+        recipe="defaults.max_prompt_tokens",
+        only=_RECIPE_FOR_AIRFLOW,
+    ),
+    # --- SGLang
+    Setting(
+        "sglang_urls",
+        [],
+        "no default: the servers are the deployment's",
+        cli="--sglang-url",
+        airflow="extra:urls",
+        config="sglang_urls",
+        only=_DEPLOYMENT,
+    ),
+    Setting(
+        "model", None, "the profile's model", cli="--model", airflow="extra:model", config="model", only=_DEPLOYMENT
+    ),
+    Setting(
+        "allow_model_mismatch",
+        False,
+        "data from another model than intended is worse than no data",
+        cli="--allow-model-mismatch",
+        only="a hand override for a renamed model; a scheduled run never has it",
+    ),
+    Setting(
+        "concurrency",
+        None,
+        "1.25 x the server's max_running_requests keeps every slot busy",
+        cli="--concurrency",
+        airflow="extra:concurrency",
+        config="concurrency",
+        only=_DEPLOYMENT,
+    ),
+    Setting(
+        "max_attempts",
+        MAX_ATTEMPTS,
+        "8 attempts with backoff ride out a replica restart",
+        cli="--max-attempts",
+        config="max_attempts",
+        only="Airflow keeps the default: its task retries resend what is left",
+    ),
+    Setting(
+        "request_timeout",
+        REQUEST_TIMEOUT_S,
+        "an hour: a 32k-token reasoning sample can take many minutes",
+        cli="--request-timeout",
+        only="a hand tuning for one deployment; Airflow keeps the default",
+    ),
+    Setting(
+        "give_up_after",
+        GIVE_UP_AFTER_S,
+        "10 minutes of every endpoint failing is an outage, not a blip",
+        cli="--give-up-after",
+        only="Airflow keeps the default: a failed task is retried by Airflow",
+    ),
+    Setting(
+        "wait_ready",
+        WAIT_READY_S,
+        "30 s covers a server finishing its start; longer belongs to a retry",
+        cli="--wait-ready",
+        only="Airflow keeps the default: the preflight task retries",
+    ),
+    Setting(
+        "canary",
+        True,
+        "one request proves the deployment before any GPU time is spent",
+        cli="--no-canary",
+        config="canary",
+        only="an escape hatch by hand; a scheduled run always checks",
+    ),
+    # --- sampling
+    Setting(
+        "max_new_tokens",
+        8192,
+        "room for long reasoning; the recipe sets it per category",
+        cli="--max-new-tokens",
+        recipe="defaults.sampling.max_new_tokens",
+        form="max_new_tokens",
+        config="max_new_tokens",
+    ),
+    Setting(
+        "temperature",
+        1.0,
+        "Kimi-K2.5's recommended sampling: the drafter learns the served distribution",
+        cli="--temperature",
+        recipe="defaults.sampling.temperature",
+        form="temperature",
+        config="temperature",
+    ),
+    Setting(
+        "top_p",
+        0.95,
+        "Kimi-K2.5's recommended sampling",
+        cli="--top-p",
+        recipe="defaults.sampling.top_p",
+        form="top_p",
+        config="top_p",
+    ),
+    Setting(
+        "top_k",
+        None,
+        "off, as Kimi-K2.5 is served",
+        cli="--top-k",
+        recipe="defaults.sampling.top_k",
+        only=_RECIPE_FOR_AIRFLOW,
+    ),
+    Setting(
+        "min_p",
+        None,
+        "off, as Kimi-K2.5 is served",
+        recipe="defaults.sampling.min_p",
+        only="rarely changed: the recipe's, for every front end",
+    ),
+    Setting(
+        "samples_per_prompt",
+        1,
+        "one sample per prompt; more for a small prompt set",
+        cli="--samples-per-prompt",
+        recipe="defaults.samples_per_prompt",
+        form="samples_per_prompt",
+        config="samples_per_prompt",
+    ),
+    Setting(
+        "turns",
+        "last",
+        "one sample per record: the answer to its last message",
+        cli="--turns",
+        recipe="defaults.turns",
+        form="turns",
+        config="turns",
+    ),
+    Setting(
+        "max_tool_steps",
+        8,
+        "8 tool calls in a row: longer loops are rare and mostly stuck",
+        recipe="defaults.max_tool_steps",
+        only="a property of the prompt set's agentic conversations",
+    ),
+    # --- output, shards and resume
+    Setting(
+        "output",
+        None,
+        "no default on the command line; the form's is EAGLE_DATAGEN_OUTPUT",
+        cli="--output",
+        form="output",
+        config="output",
+        only=_DEPLOYMENT,
+    ),
+    Setting(
+        "run_id",
+        None,
+        "a new UTC timestamp id; reused to resume",
+        cli="--run-id",
+        airflow="from the DAG run id (runs.run_id_for)",
+        config="run_id",
+        only="a name of one run",
+    ),
+    Setting(
+        "incremental",
+        False,
+        "a run by hand generates what it is told; the nightly DAG is incremental",
+        cli="--incremental",
+        form="force_regenerate",
+        config="incremental",
+        only="one run's choice (the form's force_regenerate is its inverse)",
+    ),
+    Setting(
+        "per_weight_version",
+        False,
+        "by hand: samples of any weights count",
+        cli="--per-weight-version",
+        airflow="always on: new weights make every sample new",
+        config="per_weight_version",
+        only="one run's choice",
+    ),
+    Setting(
+        "claim_ttl",
+        CLAIM_TTL_S,
+        "an hour outlasts a live run's quiet spells; a longer silence is a death",
+        cli="--claim-ttl",
+        airflow="env:EAGLE_DATAGEN_CLAIM_TTL",
+        config="claim_ttl_s",
+        only="a fact of the deployment's pool waits",
+    ),
+    Setting(
+        "shard_size",
+        SHARD_SIZE,
+        "1000 prompts: minutes of work per mapped task, few tasks per run",
+        cli="--shard-size",
+        form="shard_size",
+        config="shard_size",
+        only="a unit of scheduling, not of the prompt set",
+    ),
+    Setting(
+        "checkpoint_every",
+        CHECKPOINT_EVERY,
+        "64 samples: a crash loses little, the store sees few writes",
+        cli="--checkpoint-every",
+        only="a tuning of the writer; Airflow keeps the default",
+    ),
+    Setting(
+        "checkpoint_interval",
+        CHECKPOINT_INTERVAL_S,
+        "2 s: a slow run still checkpoints often",
+        cli="--checkpoint-interval",
+        only="a tuning of the writer; Airflow keeps the default",
+    ),
+    Setting(
+        "processes",
+        None,
+        "one per 2000 prompts, up to the CPU count",
+        cli="--processes",
+        only="a property of the machine; Airflow workers use the default",
+    ),
+    # --- validation and publishing
+    Setting(
+        "draft_vocab_size",
+        DRAFT_VOCAB_SIZE,
+        "32000: EAGLE-3's draft vocabulary for large targets",
+        cli="--draft-vocab-size",
+        form="draft_vocab_size",
+        config="draft_vocab_size",
+        only="a training choice, not of the prompt set",
+    ),
+    Setting(
+        "max_reasoning_tokens",
+        None,
+        "no limit: long reasoning is what the drafter must learn",
+        cli="--max-reasoning-tokens",
+        only="not yet in the recipe or the form",
+    ),
+    Setting(
+        "max_rates",
+        {},
+        "validation/diagnosis.py's thresholds, tuned per reason",
+        cli="--max-rate",
+        recipe="max_rates",
+        form="max_rates",
+        config="max_rates",
+    ),
+    # --- Airflow only
+    Setting(
+        "dry_run",
+        False,
+        "a triggered run generates",
+        form="dry_run",
+        config="dry_run",
+        only="Airflow-only: on the command line `tokenize` is the dry run",
+    ),
+    Setting(
+        "sglang_conn_id",
+        "sglang_default",
+        "Airflow's naming convention",
+        form="sglang_conn_id",
+        only="Airflow-only: the connection that holds the deployment's settings",
+    ),
+    Setting(
+        "aws_conn_id",
+        "aws_default",
+        "the Amazon provider's default connection",
+        form="aws_conn_id",
+        only="Airflow-only: the command line reads the AWS environment",
+    ),
+)
+
+# Recipe keys that shape the file rather than set a run: no front end but the recipe has them.
+RECIPE_STRUCTURE = frozenset(
+    {
+        "version",
+        "name",
+        "defaults",
+        "defaults.sampling",
+        "decontamination",
+        "near_duplicates",
+        "category.sampling",
+        "source.path",
+    }
+)
+
+
+def setting(name: str) -> Setting:
+    for entry in RUN_SETTINGS:
+        if entry.name == name:
+            return entry
+    raise KeyError(name)
+
+
+def default_of(name: str) -> Any:
+    return setting(name).default

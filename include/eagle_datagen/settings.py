@@ -1,6 +1,6 @@
 """The settings of a run, declared once: their defaults (and why), and where each front end takes them.
 
-A run is configured from three front ends: the `eagle-datagen run` flags (cli.py), the recipe
+A run is configured from three front ends: the `eagle-datagen run` flags (cli/run.py, cli/arguments.py), the recipe
 (sources/recipe.py) and, in Airflow, the trigger form (plugins/eagle_datagen_airflow/form.py), the SGLang
 connection and the DAG itself, which reach the steps as a `generation.steps.RunConfig`. Every setting is a
 `Setting` below; the front ends take their constant defaults from here (`default_of`), and

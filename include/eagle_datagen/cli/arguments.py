@@ -1,0 +1,269 @@
+"""What several commands share: the argument types (a bad value is argparse's one-line usage error), the
+prompt-source and model arguments of `tokenize` and `run`, and the options they build."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import TYPE_CHECKING
+
+from eagle_datagen import settings
+from eagle_datagen.errors import DataGenError
+from eagle_datagen.sources.formats import FORMAT_NAMES, HISTORY_POLICIES
+
+if TYPE_CHECKING:
+    from eagle_datagen.tokenization.stage import TokenizeOptions
+
+EPILOG = """\
+SRC is a file (.jsonl, .jsonl.gz, .parquet, .csv), a folder, a quoted glob or an s3:// URI (a key, a prefix
+or a glob), or a Hugging Face dataset: a save_to_disk folder, a folder of Parquet or Arrow files in a dataset's
+layout, or hf://datasets/OWNER/NAME[?config=C&split=S] (offline: from the local cache). Records may be
+messages, ShareGPT, Alpaca or prompt-column records (docs/prompt-sources.md). S3 endpoint and credentials
+come from the standard AWS environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
+TOK is a tokenizer directory, a hub id, or standin:kimi-k2.5 for the stand-in tokenizer the project builds
+itself (tests and the demo use it).
+"""
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return value
+
+
+def finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):  # float() takes "nan" and "inf"; neither is a setting
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_float(text: str) -> float:
+    if (value := finite_float(text)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    if (value := finite_float(text)) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def probability(text: str) -> float:
+    if not 0 < (value := finite_float(text)) <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
+    return value
+
+
+def fraction(text: str) -> float:
+    value = finite_float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1 (a fraction, e.g. 0.05)")
+    return value
+
+
+def max_rate(text: str) -> tuple[str, float]:
+    from eagle_datagen.validation.diagnosis import parse_rates
+
+    reason, sep, rate = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not REASON=RATE (e.g. prompt_echo=0.05)")
+    try:
+        return next(iter(parse_rates({reason.strip(): fraction(rate)}, f"--max-rate {text}").items()))
+    except DataGenError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def top_k(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1 and value != -1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be -1 (off) or at least 1")
+    return value
+
+
+def source_spec(text: str) -> str:
+    if not text.strip() or "\x00" in text:  # an empty spec would name the current folder
+        raise argparse.ArgumentTypeError(f"{text!r} names no prompt source: give a file, folder, glob or s3:// URI")
+    return text
+
+
+def column_mapping(text: str) -> tuple[str, str]:
+    from eagle_datagen.sources.formats import MAPPABLE_FIELDS
+
+    name, _, column = text.partition("=")
+    if name not in MAPPABLE_FIELDS or not column:
+        raise argparse.ArgumentTypeError(f"{text!r}: give FIELD=COLUMN with FIELD one of {', '.join(MAPPABLE_FIELDS)}")
+    return name, column
+
+
+def category_list(text: str) -> list[str]:
+    from eagle_datagen.records import CATEGORY_PATTERN
+
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in names if not CATEGORY_PATTERN.fullmatch(c)]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"bad category list {text!r}: give lowercase names separated by commas")
+    return names
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("prompt sources (give --recipe or --prompts)")
+    group.add_argument(
+        "--prompts",
+        action="append",
+        default=[],
+        type=source_spec,
+        metavar="SRC",
+        help="prompt records (data contract v1) to read; repeat for several sources. "
+        "Each record must carry its own category.",
+    )
+    group.add_argument(
+        "--prompts-format",
+        choices=FORMAT_NAMES,
+        metavar="FORMAT",
+        help=f"format of every --prompts source: {', '.join(FORMAT_NAMES)} (default: detected per record; a recipe "
+        "names format: per source). See docs/prompt-sources.md",
+    )
+    group.add_argument(
+        "--prompts-column",
+        action="append",
+        type=column_mapping,
+        default=[],
+        metavar="FIELD=COLUMN",
+        help="read a format's FIELD (prompt, instruction, conversations, messages, id, category, system, ...) from "
+        "the sources' COLUMN; repeatable",
+    )
+    group.add_argument(
+        "--prompts-history",
+        choices=HISTORY_POLICIES,
+        help="earlier assistant replies of a conversation: keep them as history (default) or drop them and "
+        "everything after the first user turn; trailing replies are always cut",
+    )
+    group.add_argument(
+        "--recipe",
+        metavar="FILE",
+        help="recipe YAML mapping categories to sources, caps and sampling (see include/recipes/)",
+    )
+    group.add_argument("--categories", type=category_list, metavar="a,b", help="only these categories (default: all)")
+    group.add_argument(
+        "--limit",
+        type=positive_int,
+        metavar="N",
+        help="at most N prompts per category, sampled deterministically (default: no limit)",
+    )
+    group.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed of the sampling under caps and --limit (default: the recipe's, else 0)",
+    )
+    group.add_argument(
+        "--max-reject-rate",
+        type=fraction,
+        metavar="R",
+        help="fail when more than this fraction of records is rejected (default: the recipe's, else 0.05)",
+    )
+    group.add_argument(
+        "--benchmark",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="reject prompts whose user text shares a long n-gram with an item of this benchmark set (a file, "
+        "folder or dataset of prompts), or equals one, as benchmark_overlap; repeatable; 'humaneval' alone is "
+        "the shipped HumanEval set (beside the recipe's decontamination.benchmarks)",
+    )
+    group.add_argument(
+        "--benchmark-ngram",
+        type=positive_int,
+        metavar="N",
+        help="words per n-gram of the benchmark overlap check (default: the recipe's, else 13)",
+    )
+    group.add_argument(
+        "--near-duplicate-threshold",
+        type=probability,
+        metavar="T",
+        help="reject prompts whose MinHash similarity to a prompt kept before them is at least T, as "
+        "near_duplicate (default: the recipe's near_duplicates, else off; 0.7 is its default threshold)",
+    )
+    group.add_argument(
+        "--max-record-bytes",
+        type=positive_int,
+        default=settings.MAX_RECORD_BYTES,
+        metavar="N",
+        help=f"reject records whose prompt JSON is larger than N bytes (default: {settings.MAX_RECORD_BYTES})",
+    )
+
+
+def add_tokenizer_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model")
+    group.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="TOK",
+        help="tokenizer directory or hub id of the target model, or standin:kimi-k2.5",
+    )
+    group.add_argument(
+        "--profile",
+        default=settings.PROFILE,
+        metavar="NAME|FILE",
+        help="model profile: a shipped name (kimi-k2.5, qwen3, deepseek-r1) or a YAML file "
+        f"(default: {settings.PROFILE})",
+    )
+    group.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow the tokenizer to run its own Python code (needed by the real Kimi "
+        "tokenizer; only for sources you trust)",
+    )
+    group.add_argument(
+        "--allow-special-token-text",
+        action="store_true",
+        default=None,
+        help="keep records whose text (a user typing <|im_end|> or <think>) would become special tokens the chat "
+        "template did not place; by default they are rejected as special_token_text (default: the recipe's, "
+        "else off)",
+    )
+    group.add_argument(
+        "--max-prompt-tokens",
+        type=positive_int,
+        metavar="N",
+        help="reject prompts longer than N tokens (default: the recipe's, else 32768)",
+    )
+
+
+def tokenize_options(args: argparse.Namespace) -> TokenizeOptions:
+    from eagle_datagen.tokenization.stage import TokenizeOptions
+
+    return TokenizeOptions(
+        output=args.output,
+        tokenizer=args.tokenizer,
+        prompts=args.prompts,
+        recipe=args.recipe,
+        profile=args.profile,
+        categories=args.categories,
+        limit=args.limit,
+        max_prompt_tokens=args.max_prompt_tokens,
+        max_reject_rate=args.max_reject_rate,
+        max_record_bytes=args.max_record_bytes,
+        seed=args.seed,
+        processes=args.processes,
+        trust_remote_code=args.trust_remote_code,
+        allow_special_token_text=args.allow_special_token_text,
+        prompts_format=args.prompts_format,
+        prompts_columns=dict(args.prompts_column),
+        prompts_history=args.prompts_history,
+        benchmarks=args.benchmark,
+        benchmark_ngram=args.benchmark_ngram,
+        near_duplicate_threshold=args.near_duplicate_threshold,
+    )

@@ -82,6 +82,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "detected per record, so mixed sources need no flag",
         cli="--prompts-format",
         recipe="source.format",
+        config="prompts_format",
         only="Airflow: the recipe's per-source format",
     ),
     Setting(
@@ -90,6 +91,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "the formats' own column names",
         cli="--prompts-column",
         recipe="source.columns",
+        config="prompts_columns",
         only="Airflow: the recipe's per-source columns",
     ),
     Setting(
@@ -98,6 +100,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "keep: earlier replies are the conversation's context",
         cli="--prompts-history",
         recipe="source.history",
+        config="prompts_history",
         only="Airflow: the recipe's per-source history",
     ),
     Setting(
@@ -153,6 +156,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "a fixed seed, so caps select the same prompts on every rerun",
         cli="--seed",
         recipe="seed",
+        config="seed",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -161,6 +165,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "a few bad records are normal; more means a wrong source or format",
         cli="--max-reject-rate",
         recipe="max_reject_rate",
+        config="max_reject_rate",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -169,6 +174,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "decontamination is opt-in: which benchmarks matter depends on the drafter",
         cli="--benchmark",
         recipe="decontamination.benchmarks",
+        config="benchmarks",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -177,6 +183,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "13 words: the n-gram length of the usual contamination studies",
         cli="--benchmark-ngram",
         recipe="decontamination.ngram",
+        config="benchmark_ngram",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -207,6 +214,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         MAX_RECORD_BYTES,
         "1 MB of prompt JSON is far above any real prompt",
         cli="--max-record-bytes",
+        config="max_record_bytes",
         only="a reader's safety limit, for the rare source with huge records",
     ),
     # --- model and tokenizer
@@ -243,6 +251,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "special-token text in a record forges turn boundaries",
         cli="--allow-special-token-text",
         recipe="allow_special_token_text",
+        config="allow_special_token_text",
         only="an opt-in for a reviewed prompt set: " + _RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -251,6 +260,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "longer prompts are rare and leave little room for the answer",
         cli="--max-prompt-tokens",
         recipe="defaults.max_prompt_tokens",
+        config="max_prompt_tokens",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     # --- SGLang
@@ -271,6 +281,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         False,
         "data from another model than intended is worse than no data",
         cli="--allow-model-mismatch",
+        config="allow_model_mismatch",
         only="a hand override for a renamed model; a scheduled run never has it",
     ),
     Setting(
@@ -295,6 +306,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         REQUEST_TIMEOUT_S,
         "an hour: a 32k-token reasoning sample can take many minutes",
         cli="--request-timeout",
+        config="request_timeout_s",
         only="a hand tuning for one deployment; Airflow keeps the default",
     ),
     Setting(
@@ -302,6 +314,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         GIVE_UP_AFTER_S,
         "10 minutes of every endpoint failing is an outage, not a blip",
         cli="--give-up-after",
+        config="give_up_after_s",
         only="Airflow keeps the default: a failed task is retried by Airflow",
     ),
     Setting(
@@ -309,6 +322,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         WAIT_READY_S,
         "30 s covers a server finishing its start; longer belongs to a retry",
         cli="--wait-ready",
+        config="wait_ready_s",
         only="Airflow keeps the default: the preflight task retries",
     ),
     Setting(
@@ -353,6 +367,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "off, as Kimi-K2.5 is served",
         cli="--top-k",
         recipe="defaults.sampling.top_k",
+        config="top_k",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -447,6 +462,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         CHECKPOINT_EVERY,
         "64 samples: a crash loses little, the store sees few writes",
         cli="--checkpoint-every",
+        config="checkpoint_every",
         only="a tuning of the writer; Airflow keeps the default",
     ),
     Setting(
@@ -454,6 +470,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         CHECKPOINT_INTERVAL_S,
         "2 s: a slow run still checkpoints often",
         cli="--checkpoint-interval",
+        config="checkpoint_interval_s",
         only="a tuning of the writer; Airflow keeps the default",
     ),
     Setting(
@@ -461,6 +478,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "one per 2000 prompts, up to the CPU count",
         cli="--processes",
+        config="processes",
         only="a property of the machine; Airflow workers use the default",
     ),
     # --- validation and publishing
@@ -478,6 +496,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "no limit: long reasoning is what the drafter must learn",
         cli="--max-reasoning-tokens",
+        config="max_reasoning_tokens",
         only="not yet in the recipe or the form",
     ),
     Setting(
@@ -488,6 +507,13 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         recipe="max_rates",
         form="max_rates",
         config="max_rates",
+    ),
+    Setting(
+        "draft_vocab_required",
+        False,
+        "a run whose few distinct tokens cannot fill the default vocabulary is published without one",
+        config="draft_vocab_required",
+        only="derived: the command line sets it when --draft-vocab-size is given",
     ),
     # --- Airflow only
     Setting(

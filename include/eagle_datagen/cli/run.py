@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from eagle_datagen import settings
 from eagle_datagen.cli.arguments import (
@@ -14,10 +15,12 @@ from eagle_datagen.cli.arguments import (
     positive_float,
     positive_int,
     probability,
-    tokenize_options,
     top_k,
 )
 from eagle_datagen.conversation import TURNS
+
+if TYPE_CHECKING:
+    from eagle_datagen.generation.steps import RunConfig
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -211,48 +214,68 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from eagle_datagen.generation.checkpoint import CheckpointPolicy
-    from eagle_datagen.generation.publish import PublishOptions
-    from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
-    from eagle_datagen.inference.endpoints import BreakerPolicy
-    from eagle_datagen.inference.retry import RetryPolicy
-    from eagle_datagen.validation.rules import ValidationLimits
+    from eagle_datagen.generation.stage import run_generation
 
-    summary = run_generation(
-        RunOptions(
-            prompts=tokenize_options(args),
-            sglang_urls=args.sglang_url,
-            run_id=args.run_id,
-            model=args.model,
-            allow_model_mismatch=args.allow_model_mismatch,
-            sampling=SamplingOverrides(
-                max_new_tokens=args.max_new_tokens,
-                temperature=args.temperature,
-                top_p=args.top_p,
-                top_k=args.top_k,
-                samples_per_prompt=args.samples_per_prompt,
-                turns=args.turns,
-            ),
-            shard_size=args.shard_size,
-            concurrency=args.concurrency,
-            retry=RetryPolicy(max_attempts=args.max_attempts, request_timeout_s=args.request_timeout),
-            breaker=BreakerPolicy(give_up_after_s=args.give_up_after),
-            checkpoint=CheckpointPolicy(max_samples=args.checkpoint_every, max_age_s=args.checkpoint_interval),
-            canary=not args.no_canary,
-            incremental=args.incremental,
-            per_weight_version=args.per_weight_version,
-            claim_ttl_s=args.claim_ttl or settings.CLAIM_TTL_S,
-            preflight_wait_s=args.wait_ready,
-            max_rates=dict(args.max_rate),
-            publish=PublishOptions(
-                limits=ValidationLimits(max_reasoning_tokens=args.max_reasoning_tokens),
-                draft_vocab_size=args.draft_vocab_size or settings.DRAFT_VOCAB_SIZE,
-                draft_vocab_required=args.draft_vocab_size is not None,
-            ),
-        )
-    )
+    summary = run_generation(run_config(args).options())
     print(format_run_summary(summary.to_json()))
     return 0 if summary.pending == 0 else 3
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """The flags as a `generation.steps.RunConfig`, the settings carrier the Airflow steps take too, so that
+    one `RunConfig.options()` builds the run's options for both front ends."""
+    from eagle_datagen.generation.stage import new_run_id
+    from eagle_datagen.generation.steps import RunConfig
+
+    return RunConfig(
+        output=args.output,
+        tokenizer=args.tokenizer,
+        sglang_urls=args.sglang_url,
+        # an empty --run-id (an unset variable in a script) is refused, not replaced by a new run's id
+        run_id=args.run_id if args.run_id is not None else new_run_id(),
+        recipe=args.recipe,
+        prompts=args.prompts,
+        categories=args.categories,
+        profile=args.profile,
+        model=args.model,
+        limit=args.limit,
+        near_duplicate_threshold=args.near_duplicate_threshold,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        samples_per_prompt=args.samples_per_prompt,
+        turns=args.turns,
+        shard_size=args.shard_size,
+        concurrency=args.concurrency,
+        incremental=args.incremental,
+        per_weight_version=args.per_weight_version,
+        claim_ttl_s=args.claim_ttl or settings.CLAIM_TTL_S,
+        draft_vocab_size=args.draft_vocab_size or settings.DRAFT_VOCAB_SIZE,
+        draft_vocab_required=args.draft_vocab_size is not None,
+        max_rates=dict(args.max_rate),
+        max_attempts=args.max_attempts,
+        canary=not args.no_canary,
+        trust_remote_code=args.trust_remote_code,
+        seed=args.seed,
+        max_reject_rate=args.max_reject_rate,
+        max_record_bytes=args.max_record_bytes,
+        max_prompt_tokens=args.max_prompt_tokens,
+        processes=args.processes,
+        allow_special_token_text=args.allow_special_token_text,
+        prompts_format=args.prompts_format,
+        prompts_columns=dict(args.prompts_column),
+        prompts_history=args.prompts_history,
+        benchmarks=args.benchmark,
+        benchmark_ngram=args.benchmark_ngram,
+        allow_model_mismatch=args.allow_model_mismatch,
+        top_k=args.top_k,
+        request_timeout_s=args.request_timeout,
+        give_up_after_s=args.give_up_after,
+        wait_ready_s=args.wait_ready,
+        checkpoint_every=args.checkpoint_every,
+        checkpoint_interval_s=args.checkpoint_interval,
+        max_reasoning_tokens=args.max_reasoning_tokens,
+    )
 
 
 def format_run_summary(summary: dict) -> str:

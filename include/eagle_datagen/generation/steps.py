@@ -20,6 +20,7 @@ from typing import Any
 
 from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation.checkpoint import CheckpointPolicy
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
 from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import is_conversation_shard, load_plan
@@ -34,6 +35,7 @@ from eagle_datagen.generation.stage import (
     prepare_plan,
     resolve_thresholds,
 )
+from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.preflight import ServerInfo, preflight
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.profile import load_profile
@@ -43,6 +45,7 @@ from eagle_datagen.storage.output_root import open_output_root
 from eagle_datagen.tokenization.loader import load_tokenizer
 from eagle_datagen.tokenization.stage import TokenizeOptions, setup_tokenize
 from eagle_datagen.validation.diagnosis import parse_rates
+from eagle_datagen.validation.rules import ValidationLimits
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,30 @@ class RunConfig:
     max_attempts: int = settings.MAX_ATTEMPTS
     canary: bool = True
     trust_remote_code: bool = False
+    # The settings only the command line sets today (settings.py says why); the Airflow path keeps these
+    # defaults, and `options()` is the one place that turns settings into RunOptions for both.
+    seed: int | None = None  # None: the recipe's, else 0
+    max_reject_rate: float | None = None  # None: the recipe's, else 0.05
+    max_record_bytes: int = settings.MAX_RECORD_BYTES
+    max_prompt_tokens: int | None = None  # None: the recipe's
+    processes: int | None = None  # None: one per 2000 prompts
+    allow_special_token_text: bool | None = None  # None: the recipe's
+    prompts_format: str | None = None
+    prompts_columns: dict[str, str] = dataclasses.field(default_factory=dict)
+    prompts_history: str | None = None
+    benchmarks: list[str] = dataclasses.field(default_factory=list)
+    benchmark_ngram: int | None = None  # None: the recipe's, else 13
+    allow_model_mismatch: bool = False
+    top_k: int | None = None  # None: the recipe's, else off
+    request_timeout_s: float = settings.REQUEST_TIMEOUT_S
+    give_up_after_s: float = settings.GIVE_UP_AFTER_S
+    wait_ready_s: float = settings.WAIT_READY_S
+    checkpoint_every: int = settings.CHECKPOINT_EVERY
+    checkpoint_interval_s: float = settings.CHECKPOINT_INTERVAL_S
+    max_reasoning_tokens: int | None = None
+    # True when the user asked for draft_vocab_size: a run with fewer distinct tokens then fails instead of
+    # being published without a vocabulary (publish.PublishOptions).
+    draft_vocab_required: bool = False
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)  # every step builds storage keys from it, finalize included
@@ -108,26 +135,46 @@ class RunConfig:
                 limit=self.limit,
                 trust_remote_code=self.trust_remote_code,
                 near_duplicate_threshold=self.near_duplicate_threshold,
+                max_prompt_tokens=self.max_prompt_tokens,
+                max_reject_rate=self.max_reject_rate,
+                max_record_bytes=self.max_record_bytes,
+                seed=self.seed,
+                processes=self.processes,
+                allow_special_token_text=self.allow_special_token_text,
+                prompts_format=self.prompts_format,
+                prompts_columns=dict(self.prompts_columns),
+                prompts_history=self.prompts_history,
+                benchmarks=list(self.benchmarks),
+                benchmark_ngram=self.benchmark_ngram,
             ),
             sglang_urls=self.sglang_urls,
             run_id=self.run_id,
             model=self.model,
+            allow_model_mismatch=self.allow_model_mismatch,
             sampling=SamplingOverrides(
                 max_new_tokens=self.max_new_tokens,
                 temperature=self.temperature,
                 top_p=self.top_p,
+                top_k=self.top_k,
                 samples_per_prompt=self.samples_per_prompt,
                 turns=self.turns,
             ),
             shard_size=self.shard_size,
             concurrency=self.concurrency,
-            retry=RetryPolicy(max_attempts=self.max_attempts),
+            retry=RetryPolicy(max_attempts=self.max_attempts, request_timeout_s=self.request_timeout_s),
+            breaker=BreakerPolicy(give_up_after_s=self.give_up_after_s),
+            checkpoint=CheckpointPolicy(max_samples=self.checkpoint_every, max_age_s=self.checkpoint_interval_s),
             canary=self.canary,
             incremental=self.incremental,
             per_weight_version=self.per_weight_version,
             claim_ttl_s=self.claim_ttl_s,
             claim=not self.dry_run,
-            publish=PublishOptions(draft_vocab_size=self.draft_vocab_size),
+            preflight_wait_s=self.wait_ready_s,
+            publish=PublishOptions(
+                limits=ValidationLimits(max_reasoning_tokens=self.max_reasoning_tokens),
+                draft_vocab_size=self.draft_vocab_size,
+                draft_vocab_required=self.draft_vocab_required,
+            ),
             max_rates=dict(self.max_rates),
         )
 

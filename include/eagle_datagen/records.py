@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle_datagen import settings
+
 CATEGORY_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 ROLES = ("system", "user", "assistant", "tool")
 LAST_ROLES = ("user", "tool")
@@ -72,7 +74,7 @@ FILTER_STAGE = "filter"
 @dataclass(frozen=True)
 class RecordLimits:
     # A prompt far beyond any context window only wastes tokenizer time; 1 MB is ~250k tokens of text.
-    max_record_bytes: int = 1_000_000
+    max_record_bytes: int = settings.MAX_RECORD_BYTES
     max_messages: int = 1024
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from eagle_datagen import settings
 from eagle_datagen.conversation.driver import conversation_rows, has_ended, validation_row
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.checkpoint import load_checkpoints
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 class PublishOptions:
     limits: ValidationLimits = field(default_factory=ValidationLimits)
     thresholds: DiagnosisThresholds = field(default_factory=DiagnosisThresholds)
-    draft_vocab_size: int = 32000
+    draft_vocab_size: int = settings.DRAFT_VOCAB_SIZE
     # True when the user asked for this K: a run with fewer distinct tokens then fails with a clear error.
     # False (the default K): such a run (a small nightly increment) is published without a vocabulary; the
     # release, over many runs, builds the one to train with.

@@ -98,7 +98,7 @@ class RunOptions:
     model: str | None = None  # what the servers must serve; default: the profile's model
     allow_model_mismatch: bool = False
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
-    shard_size: int = 1000
+    shard_size: int = settings.SHARD_SIZE
     concurrency: int | None = None  # per endpoint; default from the server's max_running_requests
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)

@@ -11,6 +11,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.profile import ModelProfile, load_profile
 from eagle_datagen.records import FILTER_STAGE, RecordLimits, Reject
@@ -43,7 +44,7 @@ class TokenizeOptions:
     tokenizer: str
     prompts: list[str] = field(default_factory=list)
     recipe: str | None = None
-    profile: str = "kimi-k2.5"
+    profile: str = settings.PROFILE
     categories: list[str] | None = None
     limit: int | None = None
     max_prompt_tokens: int | None = None  # None: the recipe's, else DEFAULT_MAX_PROMPT_TOKENS

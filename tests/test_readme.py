@@ -119,3 +119,22 @@ def test_links_between_docs_pages_resolve():
             if not target.startswith("http") and not (page.parent / target).exists():
                 broken.append(f"{page.name} -> {target}")
     assert not broken
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lowercase, punctuation but `-` and `_` dropped, spaces as `-`."""
+    text = re.sub(r"[`*\[\]()]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def test_anchors_of_links_between_pages_exist():
+    broken = []
+    for page in [README, *DOCS]:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*\.md)?#([^)\s]+)\)", page.read_text()):
+            path = page if not target else page.parent / target
+            if not path.exists():
+                continue  # test_links_between_docs_pages_resolve names it
+            anchors = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", FENCE.sub("", path.read_text()), re.M)}
+            if anchor not in anchors:
+                broken.append(f"{page.name} -> {target or page.name}#{anchor}")
+    assert not broken

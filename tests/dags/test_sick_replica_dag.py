@@ -26,7 +26,9 @@ def deployment(tmp_path_factory):
     lines = [json.dumps({"messages": [{"role": "user", "content": f"sum {i} and {i * 7}"}]}) for i in range(PROMPTS)]
     (folder / "math.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (folder / "recipe.yaml").write_text(
-        "version: 1\nname: sick\ncategories:\n  math:\n    sources: [math.jsonl]\n"
+        # the recipe name of the other DAG tests: Airflow keeps one asset per name, and another URI for
+        # eagle_datagen__math would leave its asset inactive for the DAG tests that run after this one
+        "version: 1\nname: dagtest\ncategories:\n  math:\n    sources: [math.jsonl]\n"
         "    samples_per_prompt: 2\n    sampling: {max_new_tokens: 256}\n",
         encoding="utf-8",
     )

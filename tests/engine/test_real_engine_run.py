@@ -156,7 +156,7 @@ def test_out_of_vocab_prompt_never_reaches_the_server(engine, tmp_path, standin_
     out = tmp_path / "out"
     args = ["--prompts", str(src), "--output", str(out), "--run-id", "oov", "--tokenizer", str(tok_dir),
             "--allow-special-token-text", "--max-reject-rate", "0.5", "--max-new-tokens", str(MAX_NEW_TOKENS),
-            "--draft-vocab-size", "256", "--sglang-url", proxy.url]
+            "--draft-vocab-size", "16", "--sglang-url", proxy.url]
     result = run_cli(args, timeout_s=300)
     assert all(max(e.input_ids) < 163_840 for e in proxy.exchanges)
     assert requests.get(f"{server.url}/health", timeout=10).status_code == 200

@@ -59,7 +59,7 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "model_path": cfg.model_path,
         "tokenizer_path": cfg.tokenizer_path or cfg.model_path,
         "tokenizer_mode": "auto",
-        "skip_tokenizer_init": False,
+        "skip_tokenizer_init": state.codec is None,  # no tokenizer: no `text` in answers, as with the flag
         "load_format": "auto",
         "trust_remote_code": True,
         "context_length": cfg.context_length,
@@ -80,7 +80,6 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "tp_size": cfg.tp_size,
         "dp_size": 1,
         "stream_interval": cfg.stream_interval,
-        "stream_output": False,
         "enable_metrics": True,
         "weight_version": cfg.weight_version,
         "max_req_input_len": cfg.context_length - 1,
@@ -101,10 +100,6 @@ async def server_info(request: web.Request) -> web.Response:
     return _json(server_info_body(state, *state.address))
 
 
-async def weight_version(request: web.Request) -> web.Response:
-    return _json({"weight_version": _state(request).config.weight_version})
-
-
 async def models(request: web.Request) -> web.Response:
     cfg = _state(request).config
     card = {
@@ -113,13 +108,14 @@ async def models(request: web.Request) -> web.Response:
         "created": int(time.time()),
         "owned_by": "sglang",
         "root": cfg.model_path,
+        "parent": None,
         "max_model_len": cfg.context_length,
     }
     return _json({"object": "list", "data": [card]})
 
 
 async def flush_cache(request: web.Request) -> web.Response:
-    return web.Response(status=200, text=FLUSH_CACHE_TEXT)
+    return web.Response(status=200, text=FLUSH_CACHE_TEXT)  # SGLang's names no content type (docs/real-engine.md)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -173,8 +169,18 @@ async def sim_reset_stats(request: web.Request) -> web.Response:
     return _json({"reset": True})
 
 
+@web.middleware
+async def not_found_as_json(request: web.Request, handler) -> web.StreamResponse:
+    """An unknown path is FastAPI's 404 `{"detail": "Not Found"}`, as on the real server."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return _json({"detail": "Not Found"}, 404)
+
+
 def build_app(state: SimState) -> web.Application:
-    app = web.Application(client_max_size=256 << 20)  # a 262k-token prompt is ~2 MB of JSON; batches more
+    # a 262k-token prompt is ~2 MB of JSON; batches more
+    app = web.Application(client_max_size=256 << 20, middlewares=[not_found_as_json])
     app[STATE_KEY] = state
     app.router.add_route("POST", "/generate", handle_generate)
     app.router.add_route("PUT", "/generate", handle_generate)
@@ -184,7 +190,6 @@ def build_app(state: SimState) -> web.Application:
         app.router.add_get(path, model_info)
     for path in ("/get_server_info", "/server_info"):
         app.router.add_get(path, server_info)
-    app.router.add_get("/get_weight_version", weight_version)
     app.router.add_get("/v1/models", models)
     app.router.add_route("GET", "/flush_cache", flush_cache)
     app.router.add_route("POST", "/flush_cache", flush_cache)

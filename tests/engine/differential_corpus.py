@@ -55,6 +55,8 @@ ENDPOINTS = [
         "/get_weight_version",
         "/v1/models",
         "/metrics",
+        "/loads",  # smg's load monitor polls these two every 10 s
+        "/v1/loads",
     )
 ] + [Case("POST /flush_cache", "/flush_cache", body={})]
 

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from eagle_datagen.standin.sglang.config import FaultRates
 from eagle_datagen.standin.sglang.generate import handle_generate
+from eagle_datagen.standin.sglang.loads import loads_body
 from eagle_datagen.standin.sglang.metrics import render_metrics
 from eagle_datagen.standin.sglang.state import STATE_KEY, SimState
 
@@ -122,6 +123,10 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(text=render_metrics(_state(request)), content_type="text/plain", charset="utf-8")
 
 
+async def loads(request: web.Request) -> web.Response:
+    return _json(loads_body(_state(request)))
+
+
 async def sim_stats(request: web.Request) -> web.Response:
     state = _state(request)
     return _json(state.stats.to_json(state.pool))
@@ -171,7 +176,10 @@ async def sim_reset_stats(request: web.Request) -> web.Response:
 
 @web.middleware
 async def not_found_as_json(request: web.Request, handler) -> web.StreamResponse:
-    """An unknown path is FastAPI's 404 `{"detail": "Not Found"}`, as on the real server."""
+    """An unknown path is FastAPI's 404 `{"detail": "Not Found"}`, as on the real server. Requests other than
+    /generate and /sim/* are counted by path (/sim/stats "polls"), so a test sees what a router polls."""
+    if request.path != "/generate" and not request.path.startswith("/sim/"):
+        _state(request).stats.polls[f"{request.method} {request.path}"] += 1
     try:
         return await handler(request)
     except web.HTTPNotFound:
@@ -194,6 +202,7 @@ def build_app(state: SimState) -> web.Application:
     app.router.add_route("GET", "/flush_cache", flush_cache)
     app.router.add_route("POST", "/flush_cache", flush_cache)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/loads", loads)
     app.router.add_get("/sim/stats", sim_stats)
     app.router.add_post("/sim/faults", sim_faults)
     app.router.add_post("/sim/restart", sim_restart)

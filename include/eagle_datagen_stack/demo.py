@@ -25,6 +25,7 @@ from eagle_datagen.progress import format_duration
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen_stack.api import FINISHED, AirflowApi
 from eagle_datagen_stack.processes import wait_until
+from eagle_datagen_stack.sglang_engine import missing_engine
 from eagle_datagen_stack.stack import PROJECT, LocalStack, StackOptions
 
 RELEASE_DAG = "eagle_datagen_release"
@@ -141,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     print(f"== eagle-datagen demo through Airflow: recipe {StackOptions.recipe.relative_to(PROJECT)}, home {home} ==")
     real = args.engine == "sglang"
+    if real and missing_engine():
+        print(f"make demo: error: {missing_engine()}", file=sys.stderr)
+        return 1
     options = StackOptions(
         home=home,
         output_prefix="demo",

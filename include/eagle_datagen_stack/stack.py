@@ -75,6 +75,10 @@ class StackOptions:
     fresh: bool = True  # empty `home` first; False keeps the DB and the stored data of an earlier start
     startup_timeout_s: float = 240.0
 
+    def __post_init__(self) -> None:
+        if self.engine not in ("sim", "sglang"):
+            raise ValueError(f"unknown engine {self.engine!r}: use 'sim' (serve-sim) or 'sglang' (the real engine)")
+
 
 def celery_component(worker: str) -> str:
     return f"celery-worker-{worker}"
@@ -128,12 +132,10 @@ class LocalStack:
         self.s3 = self._exit.enter_context(SeaweedFS(self.home / "seaweedfs", buckets=[BUCKET]))
         if opts.engine == "sglang":
             self._start_real_engine()
-        elif opts.engine == "sim":
+        else:
             for _ in range(opts.replicas):
                 self.sims.append(self._exit.enter_context(SimServerThread(opts.sim)))
             log.info("stand-in SGLang: %s", ", ".join(self.sglang_urls))
-        else:
-            raise ValueError(f"unknown engine {opts.engine!r}: use 'sim' (serve-sim) or 'sglang' (the real engine)")
         self.airflow = self.deployment()
         password = self.airflow.admin_password()
         log.info("airflow db migrate (%s)", self.airflow.home)

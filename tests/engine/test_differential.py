@@ -33,28 +33,36 @@ DELIBERATE: dict[str, str] = {
     "breaks the connection, which a client would retry as transient",
 }
 # Endpoints where serve-sim answers a subset of the real keys (the real /server_info holds every server
-# argument): each serve-sim key must be there with the same type, and the keys named here must be present.
+# argument): each serve-sim key must be there with the same type, and the keys named here (what preflight and
+# the smg router's worker registration read) must be present.
+SERVER_INFO_READ = {"version", "model_path", "served_model_name", "tokenizer_path", "max_running_requests",
+                    "context_length", "max_req_input_len", "weight_version", "reasoning_parser", "tp_size",
+                    "dp_size", "is_embedding", "internal_states"}  # fmt: skip
+MODEL_INFO_READ = {"model_path", "tokenizer_path", "is_generation", "weight_version", "model_type", "architectures",
+                   "has_image_understanding", "has_audio_understanding"}  # fmt: skip
 SUBSET: dict[str, set[str]] = {
-    "GET /server_info": {"version", "model_path", "max_running_requests", "context_length", "max_req_input_len",
-                         "weight_version", "reasoning_parser", "internal_states"},
-    "GET /get_server_info": {"version", "model_path", "max_running_requests", "weight_version"},
-    "GET /model_info": {"model_path", "tokenizer_path", "is_generation", "weight_version"},
-    "GET /get_model_info": {"model_path", "tokenizer_path", "is_generation", "weight_version"},
+    "GET /server_info": SERVER_INFO_READ,
+    "GET /get_server_info": SERVER_INFO_READ,
+    "GET /model_info": MODEL_INFO_READ,
+    "GET /get_model_info": MODEL_INFO_READ,
 }
 SIM_ONLY_KEYS = {"sglang_sim"}  # serve-sim's own settings, under a name real SGLang does not use
 DOCS = REPO / "docs" / "real-engine.md"
 
 
 def engine_or_skip() -> None:
+    """Skip without the engine; under `make test` (EAGLE_DATAGEN_REQUIRE_ENGINE=1), where it is built, fail."""
     reason = missing_engine()
-    if reason is not None:
-        pytest.skip(f"the differential test needs the real engine: {reason}")
+    if reason is None:
+        return
+    if os.environ.get("EAGLE_DATAGEN_REQUIRE_ENGINE") == "1":
+        pytest.fail(f"the differential test: {reason} (make test builds it first)")
+    pytest.skip(f"the differential test needs the real engine: {reason}")
 
 
 def ids_in(body) -> list[int]:
-    if isinstance(body, dict):
-        return [i for key in ("input_ids",) for i in ids_in_list(body.get(key))]
-    return []
+    """Every id a body would hand the model: its input_ids (or, for a list body, the list itself)."""
+    return ids_in_list(body.get("input_ids") if isinstance(body, dict) else body)
 
 
 def ids_in_list(value) -> list[int]:

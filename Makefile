@@ -14,7 +14,7 @@ SGLANG_PINS := engine/requirements.txt engine/requirements-nodeps.txt engine/con
 SGLANG_HASH := $(shell cat $(SGLANG_PINS) | sha256sum | cut -c1-16)
 SGLANG_STAMP := $(SGLANG_VENV)/.installed-$(SGLANG_HASH)
 
-.PHONY: venv sglang sglang-serve browser compose test test-fast demo demo-cli airflow lint bench constraints clean
+.PHONY: venv sglang sglang-serve speculators-env browser compose test test-fast demo demo-cli demo-multiturn airflow lint bench constraints clean
 
 venv: $(STAMP)
 
@@ -28,7 +28,7 @@ $(STAMP): $(REQ_FILES)
 
 # `make sglang`: .venv-sglang (SGLang 0.5.23 on a CPU torch, the smg router) and the tiny model in the cache.
 sglang: venv $(SGLANG_STAMP)
-	@$(BIN)/python engine/build_tiny_model.py "$(EAGLE_DATAGEN_CACHE)" >/dev/null
+	@TRANSFORMERS_VERBOSITY=error $(BIN)/python engine/build_tiny_model.py "$(EAGLE_DATAGEN_CACHE)" >/dev/null
 
 $(SGLANG_STAMP): $(SGLANG_PINS)
 	@test -x $(SGLANG_VENV)/bin/python || $(PYTHON) -m venv $(SGLANG_VENV)
@@ -43,6 +43,15 @@ $(SGLANG_STAMP): $(SGLANG_PINS)
 sglang-serve: PORT = 30000
 sglang-serve: sglang  ## one real SGLang server (tiny model) on 127.0.0.1:$(PORT) in the foreground, until Ctrl-C
 	$(BIN)/python -m eagle_datagen_stack.sglang_engine --port $(PORT) $(SGLANG_SERVE_ARGS)
+
+# A side environment with speculators 0.9.0 on torch 2.13.0 (pip gets a CPU build here; elsewhere torch==2.13.0
+# may mean a CUDA build of several GB) for tests/export/test_speculators_e2e.py, which skips without it.
+SPECULATORS_VENV := .venv-speculators
+speculators-env:
+	@test -x $(SPECULATORS_VENV)/bin/python || $(PYTHON) -m venv $(SPECULATORS_VENV)
+	$(SPECULATORS_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(SPECULATORS_VENV)/bin/python -m pip install --quiet --no-deps speculators==0.9.0 hs-connectors==0.9.0
+	$(SPECULATORS_VENV)/bin/python -m pip install --quiet -r tests/export/speculators-env.txt
 
 # Debian's Chromium for the browser test of the Airflow UI (tests/stack/test_browser_ui.py); Playwright's own
 # browser download cannot work here (no access beyond the package registries).
@@ -61,7 +70,7 @@ compose:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
 
 test: venv sglang lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	EAGLE_DATAGEN_REQUIRE_ENGINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## skip the slow integration tests
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -73,6 +82,9 @@ demo: venv $(if $(filter sglang,$(ENGINE)),sglang)  ## the main job through Airf
 
 demo-cli: venv  ## the same job without Airflow (the `eagle-datagen run` path), in seconds
 	$(BIN)/python -m eagle_datagen.demo --output .demo-cli
+
+demo-multiturn: venv  ## multi-turn and agentic conversations on-policy, without Airflow (docs/multi-turn.md)
+	$(BIN)/python -m eagle_datagen.demo --multi-turn --output .demo-multiturn
 
 PORT ?= 8080
 airflow: venv  ## the demo's stack with Airflow's UI on 127.0.0.1:$(PORT), until Ctrl-C
@@ -89,4 +101,4 @@ constraints: venv  ## re-pin the full dependency tree after changing requirement
 	  $(BIN)/python -m pip freeze --exclude-editable | grep -v '^eagle-datagen' ) > constraints.txt
 
 clean:
-	rm -rf .demo .demo-cli .pytest_cache .ruff_cache
+	rm -rf .demo .demo-cli .demo-multiturn .pytest_cache .ruff_cache

@@ -6,7 +6,8 @@ takes every published run under the output root for the newest run's model and w
 nightly runs are incremental, so a category's data is the union of its runs), checks each data file
 against its manifest, counts every sample once, and builds one draft vocabulary over the whole release.
 It writes `releases/release=<id>.draft_vocab.safetensors` and then `releases/release=<id>.json`, and
-updates the release asset, which a training DAG can be scheduled on.
+updates the release asset, which a training DAG can be scheduled on. With `export_formats`, `export_release`
+then writes the release in those trainers' formats under `exports/release=<id>/<format>/` (docs/training.md).
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ def eagle_datagen_release() -> None:
     def assemble_release(params=None, dag_run=None, outlet_events=None) -> dict:
         return tasks.assemble_release(CATEGORIES, params, dag_run, outlet_events[RELEASE])
 
-    assemble_release()
+    @task
+    def export_release(release: dict, params=None) -> list[dict]:
+        return tasks.export_release(release, params)
+
+    export_release(assemble_release())
 
 
 eagle_datagen_release()

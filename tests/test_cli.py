@@ -232,3 +232,23 @@ def test_build_standin_tokenizer_command(tmp_path):
 
     tok = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
     assert tok.convert_tokens_to_ids("<think>") == 163606
+
+
+@pytest.mark.parametrize(
+    ("rate", "message"),
+    [
+        ("prompt_echo", "is not REASON=RATE"),
+        ("prompt_ecco=0.1", "unknown reason 'prompt_ecco'"),
+        ("prompt_echo=2", "must be between 0 and 1"),
+    ],
+)
+def test_bad_max_rates_are_usage_errors(tmp_path, rate, message):
+    args = ["run", "--prompts", "x", "--tokenizer", "t", "--sglang-url", "http://a", "--output", str(tmp_path)]
+    result = cli(*args, "--max-rate", rate)
+    assert result.returncode == 2 and message in result.stderr
+
+
+def test_max_rates_repeat():
+    args = ["run", "--prompts", "x", "--tokenizer", "t", "--sglang-url", "http://a", "--output", "o"]
+    parsed = build_parser().parse_args([*args, "--max-rate", "prompt_echo=0.05", "--max-rate", "no_eos=0"])
+    assert dict(parsed.max_rate) == {"prompt_echo": 0.05, "no_eos": 0.0}

@@ -14,16 +14,21 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from eagle_datagen.conversation import TURNS
 from eagle_datagen.errors import DataGenError
+from eagle_datagen.sources.formats import FORMAT_NAMES, HISTORY_POLICIES
 
 if TYPE_CHECKING:
     from eagle_datagen.tokenization.stage import TokenizeOptions
 
 EPILOG = """\
 SRC is a file (.jsonl, .jsonl.gz, .parquet, .csv), a folder, a quoted glob or an s3:// URI (a key, a prefix
-or a glob). S3 endpoint and credentials come from the standard AWS environment variables (AWS_ENDPOINT_URL,
-AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY). TOK is a tokenizer directory, a hub id, or standin:kimi-k2.5 for
-the stand-in tokenizer the project builds itself (tests and the demo use it).
+or a glob), or a Hugging Face dataset: a save_to_disk folder, a folder of Parquet or Arrow files in a dataset's
+layout, or hf://datasets/OWNER/NAME[?config=C&split=S] (offline: from the local cache). Records may be
+messages, ShareGPT, Alpaca or prompt-column records (docs/prompt-sources.md). S3 endpoint and credentials
+come from the standard AWS environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
+TOK is a tokenizer directory, a hub id, or standin:kimi-k2.5 for the stand-in tokenizer the project builds
+itself (tests and the demo use it).
 """
 
 
@@ -72,6 +77,18 @@ def _rate(text: str) -> float:
     return value
 
 
+def _max_rate(text: str) -> tuple[str, float]:
+    from eagle_datagen.validation.diagnosis import parse_rates
+
+    reason, sep, rate = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not REASON=RATE (e.g. prompt_echo=0.05)")
+    try:
+        return next(iter(parse_rates({reason.strip(): _rate(rate)}, f"--max-rate {text}").items()))
+    except DataGenError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _top_k(text: str) -> int:
     try:
         value = int(text)
@@ -86,6 +103,15 @@ def _source_spec(text: str) -> str:
     if not text.strip() or "\x00" in text:  # an empty spec would name the current folder
         raise argparse.ArgumentTypeError(f"{text!r} names no prompt source: give a file, folder, glob or s3:// URI")
     return text
+
+
+def _column_mapping(text: str) -> tuple[str, str]:
+    from eagle_datagen.sources.formats import MAPPABLE_FIELDS
+
+    name, _, column = text.partition("=")
+    if name not in MAPPABLE_FIELDS or not column:
+        raise argparse.ArgumentTypeError(f"{text!r}: give FIELD=COLUMN with FIELD one of {', '.join(MAPPABLE_FIELDS)}")
+    return name, column
 
 
 def _categories(text: str) -> list[str]:
@@ -110,6 +136,28 @@ def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
         "Each record must carry its own category.",
     )
     group.add_argument(
+        "--prompts-format",
+        choices=FORMAT_NAMES,
+        metavar="FORMAT",
+        help=f"format of every --prompts source: {', '.join(FORMAT_NAMES)} (default: detected per record; a recipe "
+        "names format: per source). See docs/prompt-sources.md",
+    )
+    group.add_argument(
+        "--prompts-column",
+        action="append",
+        type=_column_mapping,
+        default=[],
+        metavar="FIELD=COLUMN",
+        help="read a format's FIELD (prompt, instruction, conversations, messages, id, category, system, ...) from "
+        "the sources' COLUMN; repeatable",
+    )
+    group.add_argument(
+        "--prompts-history",
+        choices=HISTORY_POLICIES,
+        help="earlier assistant replies of a conversation: keep them as history (default) or drop them and "
+        "everything after the first user turn; trailing replies are always cut",
+    )
+    group.add_argument(
         "--recipe",
         metavar="FILE",
         help="recipe YAML mapping categories to sources, caps and sampling (see include/recipes/)",
@@ -132,6 +180,28 @@ def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
         type=_rate,
         metavar="R",
         help="fail when more than this fraction of records is rejected (default: the recipe's, else 0.05)",
+    )
+    group.add_argument(
+        "--benchmark",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="reject prompts whose user text shares a long n-gram with an item of this benchmark set (a file, "
+        "folder or dataset of prompts), or equals one, as benchmark_overlap; repeatable; 'humaneval' alone is "
+        "the shipped HumanEval set (beside the recipe's decontamination.benchmarks)",
+    )
+    group.add_argument(
+        "--benchmark-ngram",
+        type=_positive_int,
+        metavar="N",
+        help="words per n-gram of the benchmark overlap check (default: the recipe's, else 13)",
+    )
+    group.add_argument(
+        "--near-duplicate-threshold",
+        type=_probability,
+        metavar="T",
+        help="reject prompts whose MinHash similarity to a prompt kept before them is at least T, as "
+        "near_duplicate (default: the recipe's near_duplicates, else off; 0.7 is its default threshold)",
     )
     group.add_argument(
         "--max-record-bytes",
@@ -322,6 +392,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="samples per prompt, each with its own seed (default: the recipe's, else 1)",
     )
+    sampling.add_argument(
+        "--turns",
+        choices=TURNS,
+        help="last: one sample per record (the last answer); each: one sample per assistant turn, generated "
+        "on-policy with tool loops continued from recorded results (default: the recipe's, else last; "
+        "docs/multi-turn.md)",
+    )
     output = run.add_argument_group("output, shards and resume")
     output.add_argument(
         "--output", required=True, metavar="ROOT", help="output root: a local folder or s3://bucket/prefix"
@@ -385,19 +462,77 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="quarantine samples whose reasoning (before </think>) is longer than N tokens (default: no limit)",
     )
+    publish.add_argument(
+        "--max-rate",
+        action="append",
+        default=[],
+        type=_max_rate,
+        metavar="REASON=RATE",
+        help="the highest acceptable share of samples with this reject reason (repeatable, e.g. "
+        "prompt_echo=0.05); above it the run stops with its diagnosis, as soon as the answers show it. For a "
+        "server fault (prompt_echo, completion_tokens_mismatch, prompt_tokens_mismatch, id_out_of_range) it is "
+        "the share of an endpoint's last 50 answers above which the endpoint is taken out (at least 3 of "
+        "them). Default: the recipe's max_rates, else validation/diagnosis.py's",
+    )
     run.set_defaults(handler=_run)
 
     export = commands.add_parser(
         "export",
-        help="write a published run as JSONL with input_ids and loss_mask, for trainers that take that format",
-        description="Read the data files a run's manifest lists (checksums checked) and write one JSON line per "
-        "valid sample: sample_id, category, input_ids (prompt_ids + output_ids) and loss_mask (0 over the "
-        "prompt, 1 over the output).",
+        help="write a published run or release in the format an EAGLE-3 trainer reads (jsonl, speculators, "
+        "specforge, torchspec, hf)",
+        description="Read the data files a run's manifest (or a release) lists, checksums checked, shard by shard, "
+        "and write training rows: input_ids (prompt_ids + output_ids) and loss_mask (0 over the prompt, 1 over "
+        "the output), in the format a trainer reads, with the draft vocabulary maps it needs, a sample_id index "
+        "(sample_ids.txt), export_info.yaml and a README with the command that starts training. docs/training.md "
+        "describes each format and trainer.",
     )
-    export.add_argument("--output", required=True, metavar="ROOT", help="the run's output root (folder or s3://)")
-    export.add_argument("--run-id", required=True, metavar="ID", help="the published run to export")
-    export.add_argument("--to", required=True, metavar="FILE", help="JSONL file to write, or - for stdout")
+    which = export.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run-id", metavar="ID", help="the published run to export")
+    which.add_argument("--release-id", metavar="ID", help="the release (releases/release=ID.json) to export")
+    export.add_argument("--output", required=True, metavar="ROOT", help="the output root (folder or s3://)")
+    from eagle_datagen.export import FORMATS
+
+    export.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="jsonl",
+        help="jsonl (a file: sample_id, category, input_ids, loss_mask per line; the default), speculators (the "
+        "folder `speculators prepare-data` writes, with d2t-K.npy and t2d-K.npy), specforge (train.jsonl for "
+        "data.prompts_path and vocab_mapping.pt), torchspec (train.parquet), hf (an HF Arrow dataset folder with "
+        "every data-contract column)",
+    )
+    export.add_argument(
+        "--to", required=True, metavar="PATH", help="file to write for jsonl (- for stdout), a new folder otherwise"
+    )
     export.add_argument("--categories", type=_categories, metavar="a,b", help="only these categories (default: all)")
+    export.add_argument(
+        "--max-seq-len",
+        type=_positive_int,
+        metavar="N",
+        help="cut rows to N tokens on the right, as the trainers do, and drop rows left without a supervised "
+        "token (pass the trainer's own limit; default: no cut)",
+    )
+    export.add_argument(
+        "--overlong",
+        choices=("cut", "drop"),
+        default="cut",
+        help="with --max-seq-len: cut longer rows (default) or drop them whole, so that no response is trained "
+        "half-way",
+    )
+    export.add_argument(
+        "--shuffle-seed",
+        type=int,
+        metavar="N",
+        help="shuffle the rows as `speculators prepare-data --seed N` does (its default seed is 0): the same "
+        "order, row for row; default: the manifest's order",
+    )
+    export.add_argument(
+        "--draft-vocab-size",
+        type=_positive_int,
+        metavar="K",
+        help="build the draft vocabulary (d2t/t2d) of the K most frequent supervised tokens of the exported rows "
+        "(default: the run's or release's own draft vocabulary)",
+    )
     export.set_defaults(handler=_export)
 
     from eagle_datagen.standin.sglang.cli import add_serve_sim_arguments
@@ -442,6 +577,12 @@ def _tokenize_options(args: argparse.Namespace) -> TokenizeOptions:
         processes=args.processes,
         trust_remote_code=args.trust_remote_code,
         allow_special_token_text=args.allow_special_token_text,
+        prompts_format=args.prompts_format,
+        prompts_columns=dict(args.prompts_column),
+        prompts_history=args.prompts_history,
+        benchmarks=args.benchmark,
+        benchmark_ngram=args.benchmark_ngram,
+        near_duplicate_threshold=args.near_duplicate_threshold,
     )
 
 
@@ -475,6 +616,7 @@ def _run(args: argparse.Namespace) -> int:
                 top_p=args.top_p,
                 top_k=args.top_k,
                 samples_per_prompt=args.samples_per_prompt,
+                turns=args.turns,
             ),
             shard_size=args.shard_size,
             concurrency=args.concurrency,
@@ -486,6 +628,7 @@ def _run(args: argparse.Namespace) -> int:
             per_weight_version=args.per_weight_version,
             claim_ttl_s=args.claim_ttl or DEFAULT_CLAIM_TTL_S,
             preflight_wait_s=args.wait_ready,
+            max_rates=dict(args.max_rate),
             publish=PublishOptions(
                 limits=ValidationLimits(max_reasoning_tokens=args.max_reasoning_tokens),
                 draft_vocab_size=args.draft_vocab_size or 32000,
@@ -514,6 +657,8 @@ def format_run_summary(summary: dict) -> str:
             f"published: {published['data']:,} valid samples, {published['quarantine']:,} quarantined ({reasons}); "
             + ("already published before" if published["already_published"] else f"manifest {published['manifest']}")
         )
+        for ejected in published.get("ejected") or []:
+            lines.append(f"endpoint taken out during the run: {ejected}")
         if published["report"]:
             vocab = (
                 f"draft vocabulary {published['draft_vocab_size']:,} tokens covering "
@@ -522,6 +667,10 @@ def format_run_summary(summary: dict) -> str:
                 else "no draft vocabulary (too few distinct tokens for its size)"
             )
             lines.append(f"report: {summary['output'].rstrip('/')}/{published['report']}; {vocab}")
+    elif summary.get("endpoints"):
+        for counts in summary["endpoints"].values():
+            if counts["ejected"]:
+                lines.append(f"endpoint taken out during the run: {counts['ejected']}")
     lines.append(f"output: {summary['output']} in {summary['elapsed_s']:.1f}s")
     if summary["pending"]:
         lines.append(
@@ -533,7 +682,8 @@ def format_run_summary(summary: dict) -> str:
 def format_tokenize_summary(summary: dict) -> str:
     lines = [
         f"tokenized {summary['prompts']:,} prompts from {summary['records_read']:,} records "
-        f"({summary['rejected']:,} rejected, {summary['duplicates']:,} duplicates, {summary['capped']:,} over caps)",
+        f"({summary['rejected']:,} rejected, {summary['duplicates']:,} duplicates, "
+        f"{summary.get('filtered', 0):,} filtered, {summary['capped']:,} over caps)",
         f"{'category':<16}{'prompts':>9}{'rejected':>10}{'median tokens':>15}{'max tokens':>12}",
     ]
     for name, c in summary["categories"].items():
@@ -541,6 +691,11 @@ def format_tokenize_summary(summary: dict) -> str:
             f"{name:<16}{c['prompts']:>9,}{c['rejected']:>10,}{c['prompt_tokens_median']:>15,.0f}"
             f"{c['prompt_tokens_max']:>12,}"
         )
+    for source, counts in summary.get("sources", {}).items():
+        if counts["rejects"]:
+            reasons = ", ".join(f"{reason} {n:,}" for reason, n in counts["rejects"].items())
+            overlaps = ", ".join(f"{name} {n:,}" for name, n in counts["benchmark_overlaps"].items())
+            lines.append(f"rejects of {source}: {reasons}" + (f" (benchmark overlaps: {overlaps})" if overlaps else ""))
     lines.append(f"output: {summary['output']} ({len(summary['files'])} parquet part(s))")
     if summary["rejects_file"]:
         lines.append(f"rejects: {summary['output'].rstrip('/')}/{summary['rejects_file']}")
@@ -549,13 +704,33 @@ def format_tokenize_summary(summary: dict) -> str:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from eagle_datagen.export import export_jsonl
+    import shlex
+
+    from eagle_datagen.export.rows import SeqLimit
+    from eagle_datagen.export.stage import ExportOptions, run_export
     from eagle_datagen.generation.stage import check_run_id
     from eagle_datagen.storage.output_root import open_output_root
 
-    check_run_id(args.run_id)
-    count = export_jsonl(open_output_root(args.output), args.run_id, args.to, args.categories)
-    print(f"exported {count:,} samples of run {args.run_id} to {args.to}", file=sys.stderr)
+    check_run_id(args.run_id or args.release_id)
+    options = ExportOptions(
+        format=args.format,
+        to=args.to,
+        run_id=args.run_id,
+        release_id=args.release_id,
+        categories=args.categories,
+        limit=SeqLimit(args.max_seq_len, args.overlong),
+        shuffle_seed=args.shuffle_seed,
+        draft_vocab_size=args.draft_vocab_size,
+        command=shlex.join(["eagle-datagen", *sys.argv[1:]]) if sys.argv[1:2] == ["export"] else "",
+    )
+    try:
+        summary = run_export(open_output_root(args.output), options)
+    except BrokenPipeError:  # `--to - | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    what = f"run {args.run_id}" if args.run_id else f"release {args.release_id}"
+    vocab = f", draft vocabulary of {summary.draft_vocab_k:,}" if summary.draft_vocab_k else ""
+    print(f"exported {summary.rows:,} samples of {what} as {args.format} to {args.to}{vocab}", file=sys.stderr)
     return 0
 
 

@@ -5,6 +5,9 @@ Everything is local and embedded: the stand-in Kimi-K2.5 tokenizer (built once i
 prompt set (include/data/demo_prompts, 7 categories) and a stand-in SGLang server on 127.0.0.1 (fast
 profile: 64 slots, 2 ms per token). The run sources, tokenizes, checks the server (preflight with a
 canary), plans shards and generates every sample; the output lands in --output (default .demo/).
+`--multi-turn` (`make demo-multiturn`) runs include/recipes/demo_multiturn.yaml instead: conversations
+generated on-policy, one sample per assistant turn, tool loops continued with recorded results, against a
+stand-in that decodes prompts with the stand-in tokenizer and answers with Kimi-format tool calls.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from eagle_datagen.tokenization.stage import TokenizeOptions
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_RECIPE = REPO / "include" / "recipes" / "demo.yaml"
+MULTI_TURN_RECIPE = REPO / "include" / "recipes" / "demo_multiturn.yaml"
 RUN_ID = "demo"
 DEMO_DRAFT_VOCAB = 2048  # the demo generates ~12k tokens; a real run uses the default 32000
+MULTI_TURN_DRAFT_VOCAB = 256  # the multi-turn demo generates ~5k tokens
 
 
 def category_table(output: Path, run_id: str = "*") -> str:
@@ -75,26 +80,35 @@ def example_sample(output: Path, run_id: str = "*", category: str = "tool_use") 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make demo-cli", description=__doc__)
     parser.add_argument("--output", default=".demo", help="output folder, emptied first (default: .demo)")
+    parser.add_argument(
+        "--multi-turn", action="store_true", help="the multi-turn and agentic recipe (docs/multi-turn.md)"
+    )
     args = parser.parse_args(argv)
+    recipe = MULTI_TURN_RECIPE if args.multi_turn else DEMO_RECIPE
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     output = Path(args.output).resolve()
     shutil.rmtree(output, ignore_errors=True)
 
-    print(f"== eagle-datagen demo: recipe {DEMO_RECIPE.relative_to(REPO)}, stand-in tokenizer and SGLang server ==")
+    print(f"== eagle-datagen demo: recipe {recipe.relative_to(REPO)}, stand-in tokenizer and SGLang server ==")
     # A few faults, as a real deployment has: retried (503, dropped connections) or quarantined (no </think>).
     config = SimConfig(faults={"error_503": 0.03, "drop": 0.01, "no_think_end": 0.03}, fault_seed=7)
+    if args.multi_turn:  # the stand-in reads the declared tools back from the prompt and calls them
+        config = SimConfig(tokenizer_path="standin:kimi-k2.5", tool_calls=True, faults=config.faults, fault_seed=7)
     with SimServerThread(config.with_profile("fast")) as sim:
         print(f"stand-in SGLang server: {sim.url} (64 slots, 2 ms per output token, a few injected faults)")
         try:
             summary = run_generation(
                 RunOptions(
-                    prompts=TokenizeOptions(output=str(output), tokenizer="standin:kimi-k2.5", recipe=str(DEMO_RECIPE)),
+                    prompts=TokenizeOptions(output=str(output), tokenizer="standin:kimi-k2.5", recipe=str(recipe)),
                     sglang_urls=[sim.url],
                     run_id=RUN_ID,
                     shard_size=16,
-                    sampling=SamplingOverrides(samples_per_prompt=2),
-                    publish=PublishOptions(draft_vocab_size=DEMO_DRAFT_VOCAB, draft_vocab_required=True),
+                    sampling=SamplingOverrides(samples_per_prompt=1 if args.multi_turn else 2),
+                    publish=PublishOptions(
+                        draft_vocab_size=MULTI_TURN_DRAFT_VOCAB if args.multi_turn else DEMO_DRAFT_VOCAB,
+                        draft_vocab_required=True,
+                    ),
                 )
             )
         except DataGenError as exc:
@@ -105,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(category_table(output, RUN_ID))
     print()
-    print(example_sample(output, RUN_ID))
+    if args.multi_turn:
+        statistics = json.loads((output / "manifests" / f"run={RUN_ID}.statistics.json").read_text())
+        print(f"conversations: {json.dumps(statistics.get('conversations'))}")
+    else:
+        print(example_sample(output, RUN_ID))
     print(f"\noutput root: {output}")
     print("  data/, quarantine/         Parquet shards (contract v1), by category and run")
     print(f"  manifests/run={RUN_ID}.json   the manifest, written last; .report.html, .statistics.json,")

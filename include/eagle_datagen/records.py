@@ -29,6 +29,9 @@ REJECT_REASONS: dict[str, str] = {
     "invalid_utf8": "the line is not valid UTF-8",
     "too_deeply_nested": "nested deeper than the parser (or MAX_NESTING) allows",
     "duplicate_key": "an object names a key twice: parsers disagree on which value wins",
+    # map (sources/formats.py)
+    "ambiguous_format": "the record has the key fields of several source formats: name the source's format",
+    "missing_field": "a field the source's format needs is absent (columns: maps it to the source's column)",
     # validate (this module)
     "not_an_object": "the record is not a JSON object",
     "bad_id": "id is not a non-empty string of at most 256 characters",
@@ -57,7 +60,13 @@ REJECT_REASONS: dict[str, str] = {
     "prompt_suffix_mismatch": "the rendered prompt does not end in the profile's prompt suffix",
     "prompt_too_long": "more tokens than max_prompt_tokens or the model's context",
     "special_token_text": "text that would put special tokens into the prompt the template did not place",
+    "id_beyond_model_vocab": "the prompt holds a tokenizer id at or above the model's vocab_size",
+    # filter (sources/decontamination.py, sources/near_duplicates.py): good records the recipe leaves out;
+    # they do not count towards max_reject_rate
+    "benchmark_overlap": "the user text shares a long n-gram with a benchmark item, or equals one",
+    "near_duplicate": "a near-duplicate (MinHash over word shingles) of a record kept before it",
 }
+FILTER_STAGE = "filter"
 
 
 @dataclass(frozen=True)
@@ -86,10 +95,12 @@ class Reject:
     reason: str  # a short, stable code such as "unknown_role"
     detail: str  # one human sentence: what is wrong and where
     origin: str
-    stage: str = "validate"  # read | validate | tokenize
+    stage: str = "validate"  # read | validate | tokenize | filter
     record_id: str | None = None
     category: str | None = None
     excerpt: str = ""
+    source_spec: str | None = None  # the source as the recipe or --prompts names it (counts per source)
+    benchmark: str | None = None  # benchmark_overlap: the benchmark the prompt overlaps
 
     def to_json(self) -> dict[str, Any]:
         fields = {
@@ -101,6 +112,10 @@ class Reject:
             "category": self.category,
             "excerpt": self.excerpt,
         }
+        if self.source_spec is not None:
+            fields["source_spec"] = self.source_spec
+        if self.benchmark is not None:
+            fields["benchmark"] = self.benchmark
         return {k: _printable(v) if isinstance(v, str) else v for k, v in fields.items()}
 
 
@@ -211,7 +226,11 @@ def _validate_tool_calls(calls: Any, where: str) -> list[str]:
 
 def _validate_messages(messages: Any, limits: RecordLimits) -> list[dict[str, Any]]:
     if messages is None:
-        raise _Invalid("missing_messages", "the record has no 'messages' field")
+        raise _Invalid(
+            "missing_messages",
+            "the record has no 'messages' field (nor conversations, instruction or prompt): name the source's format "
+            "and columns (format:, columns: in the recipe; --prompts-format, --prompts-column)",
+        )
     if not isinstance(messages, list):
         raise _Invalid("messages_not_list", f"messages must be a list, got {type(messages).__name__}")
     if not messages:
@@ -254,7 +273,12 @@ def _validate_messages(messages: Any, limits: RecordLimits) -> list[dict[str, An
     if normalised[-1]["role"] not in LAST_ROLES:
         raise _Invalid(
             "last_message_role",
-            f"the last message is from {normalised[-1]['role']!r}; a prompt must end with a user or tool message",
+            f"the last message is from {normalised[-1]['role']!r}; a prompt must end with a user or tool message"
+            + (
+                " (the dataset's own reply? history: keep on the source cuts it)"
+                if normalised[-1]["role"] == "assistant"
+                else ""
+            ),
         )
     return normalised
 

@@ -50,9 +50,7 @@ def wait_for_category_runs(api: AirflowApi, runs: dict[str, str], stack: LocalSt
         if all(s in FINISHED for s in states.values()):
             return states
         if now - last_line >= 5:
-            tasks = Counter(
-                ti["state"] or "none" for dag, run in runs.items() for ti in api.task_instances(dag, run)
-            )
+            tasks = Counter(ti["state"] or "none" for dag, run in runs.items() for ti in api.task_instances(dag, run))
             done = sum(s in FINISHED for s in states.values())
             rate = done / (now - started) if done else 0.0
             eta = f", ETA {format_duration((len(runs) - done) / rate)}" if rate else ""

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle_datagen_stack.processes import Component, free_port, http_ok, wait_until
+from eagle_datagen_stack.processes import Component, ComponentDied, free_port, http_ok, wait_until
 
 PROJECT = Path(__file__).resolve().parents[2]
 SHIMS = PROJECT / "engine" / "shims"  # the sgl_kernel stand-in, put on the server's PYTHONPATH
@@ -227,12 +227,14 @@ def serve(argv: Sequence[str] | None = None) -> None:
                           port=args.port, name=f"sglang-{args.port}")
     print(f"starting SGLang 0.5.23 on the CPU (model {server.model_path}, log {log_dir}/{server.name}.log) ...",
           flush=True)
-    server.start()
-    print(f"SGLang is up at {server.url} (started in {server.started_in_s:.0f} s); Ctrl-C stops it", flush=True)
     try:
+        server.start()
+        print(f"SGLang is up at {server.url} (started in {server.started_in_s:.0f} s); Ctrl-C stops it", flush=True)
         while True:
             server.component.check_alive()
             time.sleep(1.0)
+    except ComponentDied as exc:
+        sys.exit(f"sglang-serve: error: {exc}")
     except KeyboardInterrupt:
         print("stopping SGLang ...", flush=True)
     finally:

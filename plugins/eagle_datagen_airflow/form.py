@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from eagle_datagen.conversation import TURNS
 from eagle_datagen.sources.recipe import Recipe
 
 SAMPLING = "Prompts and sampling"
@@ -37,6 +38,16 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             description=f"At most this many {category} prompts, chosen deterministically. Empty: every prompt.",
             section=SAMPLING,
         ),
+        "near_duplicate_threshold": Param(
+            recipe.near_duplicates.threshold if recipe.near_duplicates else None,
+            type=["null", "number"],
+            exclusiveMinimum=0,
+            maximum=1,
+            title="Near-duplicate threshold",
+            description="Leave out prompts whose MinHash similarity to a prompt kept before them (in this "
+            "category) is at least this. Empty: off. Default: the recipe's near_duplicates.",
+            section=SAMPLING,
+        ),
         "samples_per_prompt": Param(
             recipe.samples_per_prompt_for(category),
             type="integer",
@@ -44,6 +55,15 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             maximum=64,
             title="Samples per prompt",
             description="Generations per prompt, each with its own sampling seed (1-64).",
+            section=SAMPLING,
+        ),
+        "turns": Param(
+            recipe.turns_for(category),
+            type="string",
+            enum=list(TURNS),
+            title="Turns",
+            description="last: one sample per record (its last answer). each: one sample per assistant turn, "
+            "generated on-policy, tool loops continued with the recorded tool results (docs/multi-turn.md).",
             section=SAMPLING,
         ),
         "temperature": _number(
@@ -88,6 +108,7 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             description="K most frequent trained tokens in the run's draft vocabulary (EAGLE-3 d2t/t2d).",
             section=RUN,
         ),
+        "max_rates": max_rates_param(recipe),
         "dry_run": Param(
             False,
             type="boolean",
@@ -115,6 +136,27 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
     }
 
 
+def max_rates_param(recipe: Recipe) -> Param:
+    """Every reject reason's threshold, today's defaults under the recipe's `max_rates`; the schema refuses an
+    unknown reason or a rate outside 0..1 when the run is created."""
+    from eagle_datagen.validation.diagnosis import DiagnosisThresholds
+
+    rates = DiagnosisThresholds().with_rates(recipe.max_rates).rates()
+    return Param(
+        rates,
+        type="object",
+        properties={reason: {"type": "number", "minimum": 0, "maximum": 1} for reason in rates},
+        additionalProperties=False,
+        title="Max rate per reject reason",
+        description="Highest acceptable share of samples per reject reason (0-1): above it the run stops with "
+        "its diagnosis as soon as the answers show it. For a server fault (prompt_echo, "
+        "completion_tokens_mismatch, prompt_tokens_mismatch, id_out_of_range) it is the share of an endpoint's "
+        "last 50 answers above which the endpoint is taken out of the run (at least 3). Default: the recipe's "
+        "max_rates over the built-in values.",
+        section=RUN,
+    )
+
+
 def storage_params(output: str) -> dict[str, Param]:
     return {
         "output": Param(
@@ -138,6 +180,8 @@ def storage_params(output: str) -> dict[str, Param]:
 
 
 def release_params(output: str, draft_vocab_size: int) -> dict[str, Param]:
+    from eagle_datagen.export import FORMATS
+
     return {
         "draft_vocab_size": Param(
             draft_vocab_size,
@@ -145,6 +189,24 @@ def release_params(output: str, draft_vocab_size: int) -> dict[str, Param]:
             minimum=1,
             title="Draft vocabulary size",
             description="K most frequent trained tokens over the whole release.",
+        ),
+        "export_formats": Param(
+            [],
+            type="array",
+            items={"type": "string", "enum": list(FORMATS)},
+            uniqueItems=True,
+            examples=list(FORMATS),
+            title="Export for trainers",
+            description="Also write the release in these trainers' formats under exports/release=<id>/<format>/ "
+            "(docs/training.md): speculators, specforge, torchspec, hf, jsonl. Empty: no export.",
+        ),
+        "export_max_seq_len": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            title="Export sequence length",
+            description="Cut exported rows to this many tokens, as the trainer would (drops rows left without a "
+            "supervised token). Empty: no cut.",
         ),
         **storage_params(output),
     }

@@ -27,10 +27,7 @@ from eagle_datagen.stats.statistics import TokenCounter
 from eagle_datagen.storage.manifest import list_manifests, manifest_key
 from eagle_datagen.storage.objects import put_once, sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot
-
-
-def release_key(release_id: str, name: str = "json") -> str:
-    return f"releases/release={release_id}.{name}"
+from eagle_datagen.storage.releases import release_key
 
 
 def _data_files(manifest: dict[str, Any], category: str) -> list[dict[str, Any]]:

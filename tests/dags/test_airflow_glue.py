@@ -126,9 +126,12 @@ def test_params_become_a_run_config(monkeypatch):
         "draft_vocab_size": 32000,
         "force_regenerate": False,
         "dry_run": False,
+        "max_rates": {"prompt_echo": 0.05},
     }
     config = run_config("math", "/r.yaml", "math-x", params, Deployment(urls=["http://a:1"], tokenizer="tok"))
     parsed = RunConfig.from_dict(json.loads(json.dumps(config)))
+    assert parsed.max_rates == {"prompt_echo": 0.05}
+    assert parsed.options().max_rates == {"prompt_echo": 0.05}
     assert parsed.categories == ["math"] and parsed.incremental and parsed.per_weight_version
     assert (parsed.temperature, parsed.samples_per_prompt, parsed.shard_size) == (0.6, 2, 500)
     assert not run_config("math", "/r.yaml", "m", params | {"force_regenerate": True}, Deployment(["u"], "t"))[
@@ -226,3 +229,18 @@ def test_a_plan_airflow_cannot_map_withdraws_its_claim_so_the_next_run_generates
     assert LocalOutputRoot(str(tmp_path / "out")).list("claims/") == []
     monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "10")
     assert tasks.plan(config("fits"), servers, params) == [0, 1, 2]  # nothing held by the refused run
+
+
+def test_near_duplicate_threshold_reaches_the_form_and_the_run(tmp_path):
+    from eagle_datagen.sources.recipe import parse_recipe
+    from eagle_datagen_airflow.deployment import Deployment
+    from eagle_datagen_airflow.form import category_params
+    from eagle_datagen_airflow.runs import run_config
+
+    plain = parse_recipe({"categories": {"math": {"sources": ["m.jsonl"]}}})
+    assert category_params(plain, "math", "s3://b/p", 100)["near_duplicate_threshold"].value is None  # off
+    recipe = parse_recipe({"near_duplicates": {"threshold": 0.8}, "categories": {"math": {"sources": ["m.jsonl"]}}})
+    params = {name: param.value for name, param in category_params(recipe, "math", "s3://b/p", 100).items()}
+    assert params["near_duplicate_threshold"] == 0.8
+    config = RunConfig.from_dict(run_config("math", "/r.yaml", "m", params, Deployment(["http://a:1"], "tok")))
+    assert config.options().prompts.near_duplicate_threshold == 0.8

@@ -3,11 +3,13 @@ the Airflow AWS connection, the SGLang deployment as an Airflow connection given
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from eagle_datagen.stats.draft_vocab import DraftVocab
@@ -192,13 +194,19 @@ def test_dry_run_plans_and_generates_nothing(stack):
 
 
 def test_release_dag_assembles_every_published_run_of_each_category(stack, first_run):
-    run, tasks = run_dag("eagle_datagen_release", {"output": stack["output"], "draft_vocab_size": 16})
+    conf = {"output": stack["output"], "draft_vocab_size": 16, "export_formats": ["speculators"]}
+    run, tasks = run_dag("eagle_datagen_release", conf)
     assert run.state == "success", tasks
     release_id = sanitize(run.run_id)
     with reading(stack) as root:
         manifests = list_manifests(root)
         release = json.loads(root.read_bytes(release_key(release_id)))
         vocab = root.read_bytes(release["draft_vocab"]["key"])
+        exported = root.list(f"exports/release={release_id}/speculators/")
+        t2d = root.read_bytes(f"exports/release={release_id}/speculators/t2d-16.npy")
+    # the export task stored the release for speculators, with the release's own draft vocabulary
+    assert {k.rsplit("/", 1)[1] for k in exported} >= {"state.json", "d2t-16.npy", "t2d-16.npy", "sample_ids.txt"}
+    assert np.array_equal(np.load(io.BytesIO(t2d)), DraftVocab.from_safetensors_bytes(vocab).t2d)
     math_runs = sorted(m["run_id"] for m in manifests if m["run_id"].startswith("math-"))
     assert sorted(release["categories"]["math"]["runs"]) == math_runs
     assert sorted(r["run_id"] for r in release["runs"]) == math_runs
@@ -236,3 +244,22 @@ def test_report_needs_a_logged_in_user(first_run):
     from eagle_datagen_airflow.report_view import app
 
     assert TestClient(app).get(f"/report/eagle_datagen__math/{first_run['run'].run_id}").status_code == 401
+
+
+def test_turns_each_from_the_trigger_form_gives_one_row_per_user_turn(stack):
+    """The form's `turns` reaches the plan; each shard task generates its conversations step by step."""
+    output = stack["output"] + "-turns"
+    run, tasks = run_dag("eagle_datagen__chat", RUN_CONF | {"output": output, "turns": "each"})
+    assert run.state == "success", tasks
+    sources = [json.loads(line) for line in _lines("chat", 0, PROMPTS["chat"])]
+    user_turns = sum(m["role"] == "user" for r in sources for m in r["messages"])
+    with reading(stack | {"output": output}) as root:
+        [manifest] = list_manifests(root)
+        rows = [
+            row
+            for f in manifest["files"]
+            if f["kind"] in ("data", "quarantine")
+            for row in decode_shard(root.read_bytes(f["key"])).to_pylist()
+        ]
+    assert len(rows) == user_turns and len({r["conversation_id"] for r in rows}) == PROMPTS["chat"]
+    assert {(r["turn_index"], r["step_kind"], r["trajectory_end"]) for r in rows} == {(0, "user_turn", "complete")}

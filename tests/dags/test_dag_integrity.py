@@ -109,7 +109,10 @@ def _validate(dag, conf: dict):
         ({"limit": 0}, "limit: 0 is less than the minimum of 1"),
         ({"output": "relative/folder"}, "output: 'relative/folder' does not match"),
         ({"dry_run": "yes"}, "dry_run: 'yes' is not of type 'boolean'"),
+        ({"turns": "all"}, "turns: 'all' is not one of \\['last', 'each'\\]"),
         ({"sglang_conn_id": ""}, "sglang_conn_id: '' should be non-empty"),
+        ({"max_rates": {"prompt_echo": 2}}, "max_rates: 2 is greater than the maximum of 1"),
+        ({"max_rates": {"prompt_ecco": 0.1}}, "max_rates: Additional properties are not allowed"),
     ],
 )
 def test_bad_values_are_refused_with_the_field_named(bag, conf, message):
@@ -122,9 +125,10 @@ def test_bad_values_are_refused_with_the_field_named(bag, conf, message):
 def test_good_values_pass(bag):
     _validate(
         bag.get_dag("eagle_datagen__math"),
-        {"top_p": 1, "temperature": 0, "limit": 5, "samples_per_prompt": 64, "output": "/data/eagle"},
+        {"top_p": 1, "temperature": 0, "limit": 5, "samples_per_prompt": 64, "output": "/data/eagle", "turns": "each"},
     )
     _validate(bag.get_dag("eagle_datagen__math"), {"limit": None, "output": "s3://eagle/datagen/v2"})
+    _validate(bag.get_dag("eagle_datagen__math"), {"max_rates": {"prompt_echo": 0.05}})
 
 
 def test_a_triggered_run_with_a_bad_value_is_refused_before_it_exists(bag):

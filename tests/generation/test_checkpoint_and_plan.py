@@ -178,3 +178,41 @@ def test_pending_requests_hold_one_shard_at_a_time_and_skip_checkpointed_samples
     rest = list(pending)
     everything = [r for i in shards for r in shard_requests(root, plan, i)]
     assert [first, *rest] == everything[1:]  # every other sample once, in plan order
+
+
+def test_cached_tokens_of_meta_info_reach_the_published_rows(tmp_path, kimi_profile):
+    """meta_info.cached_tokens is stored per sample; a server that does not report it leaves it null."""
+    import pyarrow.parquet as pq
+
+    from eagle_datagen.generation.publish import PublishOptions, publish_shard, shard_rows
+
+    root, plan = make_plan(tmp_path)
+    requests = shard_requests(root, plan, 0)  # chat, two prompts of two samples
+    answers = []
+    for i, request in enumerate(requests):
+        meta = {"completion_tokens": 4, "prompt_tokens": len(request.prompt_ids), "weight_version": "w1"}
+        if i != 1:
+            meta["cached_tokens"] = [3, None, 0, 2][i]
+        answers.append(
+            SampleResult(
+                request,
+                output_ids=[5, 163607, 6, 163586],
+                finish_reason={"type": "stop", "matched": 163586},
+                meta_info=meta,
+                endpoint="http://e",
+                attempts=1,
+            )
+        )
+
+    async def store() -> None:
+        async with CheckpointWriter(root, plan.run_id, CheckpointPolicy(max_samples=100, max_age_s=60)) as writer:
+            for answer in answers:
+                await writer.add(answer)
+
+    asyncio.run(store())
+    assert [r["cached_tokens"] for r in shard_rows(root, plan, 0)] == [3, None, 0, 2]
+    publish_shard(root, plan, 0, kimi_profile, PublishOptions())
+    [part] = list(tmp_path.glob("data/category=chat/run=r1/part-*.parquet"))
+    table = pq.read_table(part)
+    assert table.schema.field("cached_tokens").type == "int32"
+    assert table.column("cached_tokens").to_pylist() == [3, None, 0, 2]

@@ -99,3 +99,35 @@ def test_a_canary_that_always_aborts_is_judged_after_the_last_attempt(kimi_profi
         preflight_canary(kimi_profile, [(200, ABORT)], rids)
     # every canary try (each with another seed) used all its attempts
     assert len(rids) == CANARY_TRIES * PREFLIGHT_RETRY.max_attempts == len(set(rids))
+
+
+def test_server_info_falls_back_to_the_older_path_and_defaults_to_not_deterministic(kimi_profile, caplog):
+    """The stand-in above serves only /get_server_info (as older SGLang): read there, and without
+    enable_deterministic_inference the run says once that sampling_seed does not make samples reproducible."""
+    rids: list[str] = []
+    with caplog.at_level("WARNING", logger="eagle_datagen.inference.preflight"):
+        [server] = preflight_canary(kimi_profile, [(200, GOOD)], rids)
+    assert server.version == "0.5.6" and server.deterministic_inference is False
+    assert server.provenance()["sampling_seed"].startswith("not reproducible")
+    [line] = [r.getMessage() for r in caplog.records if "sampling_seed" in r.getMessage()]
+    assert "does not make samples reproducible on this deployment" in line
+    assert "--enable-deterministic-inference" in line
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_preflight_reads_deterministic_inference_from_serve_sim(kimi_profile, caplog, deterministic):
+    from eagle_datagen.standin.sglang.config import SimConfig
+    from eagle_datagen.standin.sglang.runner import SimServerThread
+
+    config = SimConfig(enable_deterministic_inference=deterministic).with_profile("instant")
+    with SimServerThread(config) as one, SimServerThread(config) as two:
+        with caplog.at_level("WARNING", logger="eagle_datagen.inference.preflight"):
+            servers = asyncio.run(preflight([one.url, two.url], kimi_profile, kimi_profile.model, None, wait_s=5))
+    assert [s.deterministic_inference for s in servers] == [deterministic, deterministic]
+    assert [s.provenance()["enable_deterministic_inference"] for s in servers] == [deterministic, deterministic]
+    lines = [r.getMessage() for r in caplog.records if "sampling_seed does not make" in r.getMessage()]
+    if deterministic:
+        assert lines == [] and servers[0].provenance()["sampling_seed"].startswith("reproducible")
+    else:
+        [line] = lines  # once for the run, naming both endpoints
+        assert one.url in line and two.url in line

@@ -72,6 +72,7 @@ def test_run_to_s3_produces_the_contract_layout(tmp_path, s3_env):
     assert manifest is not None and verify_manifest(root, manifest) == []
     assert manifest["contract"] == 1 and manifest["model"] == "moonshotai/Kimi-K2.5"
     assert manifest["provenance"]["servers"][0]["sglang_version"] == "0.5.9"
+    assert manifest["provenance"]["servers"][0]["sampling_seed"].startswith("not reproducible")
     assert len(manifest["provenance"]["chat_template_sha256"]) == 64
     assert manifest["counts"]["samples"] == 40 == manifest["counts"]["data"] + manifest["counts"]["quarantine"]
     kinds = {f["kind"] for f in manifest["files"]}
@@ -224,3 +225,31 @@ def test_draft_vocabulary_larger_than_the_run_is_skipped_by_default_and_an_error
     assert default.published["draft_vocab_size"] is None
     kinds = {f["kind"] for f in read_manifest(root, "r")["files"]}
     assert "draft_vocab" not in kinds and "report" in kinds
+
+
+def test_prompt_rejects_per_source_reach_the_statistics_and_the_report(tmp_path):
+    """ShareGPT records (the format detected), one of them a near-duplicate and one a benchmark item."""
+    text = "Describe the water cycle for a ten year old, with evaporation, clouds, rain and rivers in order, "
+    rows = [
+        {"category": "chat", "conversations": [{"from": "human", "value": f"{text} question {i}."}]} for i in range(3)
+    ]
+    rows.append({"category": "chat", "conversations": [{"from": "human", "value": "What is 6 times 7?"}]})
+    src = write_jsonl(tmp_path / "sharegpt.jsonl", rows)
+    bench = write_jsonl(tmp_path / "bench.jsonl", [{"question": "what is 6 times 7"}])
+    root = LocalOutputRoot(str(tmp_path / "out"))
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        run = options(tmp_path, sim.url)
+        prompts = TokenizeOptions(
+            output=str(tmp_path / "out"),
+            tokenizer="standin:kimi-k2.5",
+            prompts=[str(src)],
+            benchmarks=[f"arith={bench}"],
+            near_duplicate_threshold=0.7,
+        )
+        summary = run_generation(RunOptions(**{**run.__dict__, "prompts": prompts}))
+    assert summary.samples == 1  # question 0; 1 and 2 are its near-duplicates, the last one a benchmark item
+    stats = json.loads(root.read_bytes("manifests/run=r.statistics.json"))
+    assert stats["prompt_rejects"]["by_source"] == {
+        str(src): {"reasons": {"near_duplicate": 2, "benchmark_overlap": 1}, "benchmark_overlaps": {"arith": 1}}
+    }
+    assert "Prompt rejects by source" in root.read_bytes("manifests/run=r.report.html").decode()

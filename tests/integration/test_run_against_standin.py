@@ -84,6 +84,16 @@ def test_demo_recipe_end_to_end(tmp_path):
     math_rows = [r for r in rows if r["category"] == "math"]
     assert json.loads(math_rows[0]["sampling"])["max_new_tokens"] == 4096  # the recipe's override
     assert "resumed" in result.stdout and "238 generated now" in result.stdout
+    # the server's meta_info.cached_tokens per sample (serve-sim has no prefix cache: 0), and its share
+    assert {r["cached_tokens"] for r in rows} == {0}
+    statistics = json.loads((tmp_path / "manifests" / "run=demo1.statistics.json").read_text())
+    assert statistics["all"]["prompt_cache"]["cached_share"] == 0.0
+    assert statistics["all"]["prompt_cache"]["samples_reporting"] == len(rows)
+    # serve-sim reports enable_deterministic_inference false, as SGLang's default: said once, and in the manifest
+    assert result.stderr.count("sampling_seed does not make samples reproducible on this deployment") == 1
+    manifest = json.loads((tmp_path / "manifests" / "run=demo1.json").read_text())
+    [server] = manifest["provenance"]["servers"]
+    assert server["enable_deterministic_inference"] is False and server["sampling_seed"].startswith("not reproducible")
 
 
 def settled_generations(sim) -> int:

@@ -42,7 +42,7 @@ SERVER_FAULTS = {
     "drop": 0.02,
     "slow": 0.01,
     "no_think_end": 0.02,
-    "echo": 0.002,  # below the 1% at which the run would fail with its diagnosis
+    "echo": 0.002,  # sent again; too rare (3 in an endpoint's last 50 answers) to eject a replica
     "strip_think": 0.005,
 }
 STORE_FAULTS = {"internal_error": 0.01, "slow_down": 0.01, "reset_before": 0.01, "reset_after": 0.01}
@@ -194,17 +194,19 @@ def assert_outcome(check, scale: Scale, log: ChaosLog) -> None:
     assert check.planned == scale.samples and len(check.data) + len(check.quarantine) == scale.samples
     long_prompts = scale.prompts // LONG_EVERY
     assert check.permanently_failed == long_prompts * scale.per_prompt
-    assert set(check.reasons) <= {"request_error", "missing_think_end", "finish_length", "completion_tokens_mismatch"}
+    # The echo answers (a server fault) were sent again and never stored: no completion_tokens_mismatch.
+    assert set(check.reasons) <= {"request_error", "missing_think_end", "finish_length"}
     assert check.reasons["finish_length"] > 0 and check.reasons["missing_think_end"] > 0
     assert sum(1 for k in log.kills if k.startswith("at ")) >= KILLS_MID_GENERATION - 1
     assert log.replica_restarts == 1
     # Nothing checkpointed is generated again: beyond one answer per sample, the replicas answered only the
-    # canaries and, per kill, at most what was in flight or not yet checkpointed.
+    # canaries, the echo answers sent again and, per kill, at most what was in flight or not yet checkpointed.
     stats = log.server_stats
     answered_samples = scale.samples - check.permanently_failed
     extra = sum(s["generations"] for s in stats) - answered_samples
     canaries = len(log.invocations) * 2 * CANARY_TRIES
-    assert 0 <= extra <= canaries + len(log.kills) * (2 * SLOTS * 1.25 + CHECKPOINT_EVERY)
+    echoes = sum(s["faults"].get("echo", 0) for s in stats)
+    assert 0 <= extra <= canaries + echoes + len(log.kills) * (2 * SLOTS * 1.25 + CHECKPOINT_EVERY)
 
 
 def test_chaos_run_on_a_local_root(tmp_path):

@@ -3,12 +3,14 @@ that must end with the right outcome, checked by an independent reader of the ou
 
 The promise: under faults the pipeline keeps going, loses no sample and stores no corrupt sample. Transient
 faults are retried until every sample is in data/ exactly once; wrong outputs land in quarantine/ with their
-reason; permanent failures are recorded; a systematic fault fails the run with its diagnosis and publishes
-no manifest. `pytest -s` prints the fault x outcome table; it is also written to build/reliability/.
+reason; permanent failures are recorded; a sick replica is taken out of the run and the others finish it;
+a broken deployment stops the run early with its diagnosis (no manifest), and a rerun after the fix
+completes from the checkpoints. `pytest -s` prints the fault x outcome table; it is also written to build/reliability/.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 import pytest
 from store_checker import RunCheck, check_run
 
+from eagle_datagen.generation.screen import RunStopped
 from eagle_datagen.generation.stage import RunSummary, SamplingOverrides, run_generation
 from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.retry import RetryPolicy
@@ -27,7 +30,6 @@ from eagle_datagen.objectstore.s3 import s3_client
 from eagle_datagen.objectstore.seaweedfs import SeaweedFS
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
-from eagle_datagen.validation.diagnosis import ValidationFailed
 from generation_runs import after_generations, checkpointed_samples, run_cli, run_options
 
 from conftest import REPO, user_record, write_jsonl
@@ -192,7 +194,7 @@ class Wrong:
 WRONG = [
     Wrong(
         "09",
-        "outputs without </think>",
+        "outputs without </think> (the model's behaviour: nothing sent again)",
         SimConfig(faults={"no_think_end": 0.2}, fault_seed=1),
         1000,
         "missing_think_end",
@@ -238,45 +240,123 @@ def test_wrong_outputs_are_quarantined_with_their_reason(tmp_path, fault_table, 
     )
 
 
+# --- sick replicas and broken deployments: answers validated as they arrive -------------------------------
+
+
+def replica(**faults: float) -> SimServerThread:
+    """An instant stand-in at 1 ms a token: answers overlap, so replicas share the work evenly."""
+    config = SimConfig(faults=faults, fault_seed=7).with_profile("instant")
+    return SimServerThread(dataclasses.replace(config, decode_s_per_token=0.001))
+
+
+def ejections(check: RunCheck) -> dict[str, list[dict]]:
+    assert check.manifest is not None
+    return {url: e["ejected"] for url, e in check.manifest["counts"]["endpoints"].items()}
+
+
+def test_a_replica_with_the_echo_bug_is_ejected_and_the_run_publishes(tmp_path, fault_table):
+    with replica() as good, replica(echo=0.2) as sick:
+        summary = run_generation(run_options(tmp_path, [good.url, sick.url], sampling=sampling(), concurrency=4))
+        stats = sick.stats()
+    check = check_run(str(tmp_path / "out"), "r").assert_ok()
+    assert len(check.data) == SAMPLES and not check.quarantine  # no echo answer stored
+    (ejection,) = ejections(check)[sick.url]
+    assert not ejections(check)[good.url] and ejection["answers"] <= 60
+    record(
+        fault_table,
+        "12",
+        "prompt-tail echo bug (SGLang 0.5.0-0.5.4) on one replica of two, 20% of its answers",
+        injected_text(stats, ["echo"]),
+        check,
+        summary.retries,
+        f"replica ejected at its answer {ejection['answers']} ({ejection['reason']}, 3 of its last answers); "
+        "the echo answers were sent again to the other, none stored; the report names it; " + published(check, summary),
+    )
+
+
+def test_a_replica_stripping_think_tokens_is_ejected_and_its_answers_quarantined(tmp_path, fault_table):
+    with replica() as a, replica() as b, replica(strip_think=1.0) as stripping:
+        summary = run_generation(
+            run_options(tmp_path, [a.url, b.url, stripping.url], sampling=sampling(), concurrency=4)
+        )
+        stats = stripping.stats()
+    check = check_run(str(tmp_path / "out"), "r").assert_ok()
+    (ejection,) = ejections(check)[stripping.url]
+    assert ejection["kind"] == "model_behaviour" and summary.retries == 0
+    assert len(check.quarantine) == stats["generations"] and set(check.reasons) == {"missing_think_end"}
+    record(
+        fault_table,
+        "13",
+        "server stripping think tokens on one replica of three (every answer)",
+        injected_text(stats, ["strip_think"]),
+        check,
+        summary.retries,
+        f"replica ejected at its answer {ejection['answers']} (missing_think_end far above the others'); its "
+        "answers quarantined, none sent again; " + published(check, summary),
+    )
+
+
 @pytest.mark.parametrize(
-    ("order", "fault", "rate", "reason", "diagnosis"),
+    ("order", "fault", "faults", "replicas", "diagnosis", "within"),
     [
+        ("13a", "prompt-tail echo bug on every replica (20%)", {"echo": 0.2}, 2, "upgrade SGLang", 100),
         (
-            "12",
-            "prompt-tail echo bug (SGLang 0.5.0-0.5.4)",
-            {"echo": 0.3},
-            "completion_tokens_mismatch",
-            "upgrade SGLang",
+            "13b",
+            "wrong tokenizer: prompt token counts disagree (every answer, every replica)",
+            {"prompt_tokens": 1.0},
+            2,
+            "did not process the input_ids as sent",
+            50,
         ),
         (
-            "13",
-            "server stripping think tokens (systematic)",
+            "13c",
+            "server stripping think tokens (systematic, 90%)",
             {"strip_think": 0.9},
-            "missing_think_end",
+            1,
             "is --reasoning-parser set?",
+            40,
         ),
     ],
 )
-def test_a_systematic_fault_fails_the_run_with_its_diagnosis_and_publishes_nothing(
-    tmp_path, fault_table, order, fault, rate, reason, diagnosis
+def test_a_broken_deployment_stops_the_run_early_and_a_rerun_after_the_fix_completes(
+    tmp_path, fault_table, order, fault, faults, replicas, diagnosis, within
 ):
-    with SimServerThread(SimConfig(faults=rate, fault_seed=1).with_profile("instant")) as sim:
-        with pytest.raises(ValidationFailed, match=re.escape(diagnosis)) as failed:
-            run_generation(run_options(tmp_path, [sim.url], sampling=sampling()))
-        stats = sim.stats()
-    check = check_run(str(tmp_path / "out"), "r", expect_manifest=False).assert_ok()
-    assert check.manifest is None  # no manifest: readers see no dataset
-    assert check.reasons[reason] > 0 and len(check.data) + len(check.quarantine) == SAMPLES
-    message = str(failed.value)
-    assert "\n" not in message
+    servers = [replica(**faults) for _ in range(replicas)]
+    for server in servers:
+        server.__enter__()
+    try:
+        urls = [server.url for server in servers]
+        with pytest.raises(RunStopped, match=re.escape(diagnosis)) as stopped:
+            run_generation(run_options(tmp_path, urls, sampling=sampling(), concurrency=4))
+        answered = sum(server.stats()["generations"] for server in servers)
+        asked = sum(server.stats()["requests"]["total"] for server in servers)
+        injected = ", ".join(injected_text(server.stats(), list(faults)) for server in servers)
+        # a server-fault answer is sent again; a model-behaviour one (stripped think tokens) is not
+        retried = (
+            0
+            if "strip_think" in faults
+            else sum(server.stats()["faults"].get(k, 0) for server in servers for k in faults)
+        )
+        kept = checkpointed_samples(tmp_path / "out", "r")
+        for server in servers:
+            server.set_faults({})
+        rerun = run_generation(run_options(tmp_path, urls, sampling=sampling(), concurrency=4))
+    finally:
+        for server in servers:
+            server.__exit__(None, None, None)
+    message = str(stopped.value)
+    assert "\n" not in message and all(url in message for url in urls) and answered <= within
+    check = check_run(str(tmp_path / "out"), "r").assert_ok()
+    assert rerun.resumed == kept and rerun.published is not None
     record(
         fault_table,
         order,
         fault,
-        injected_text(stats, list(rate)),
+        f"{injected} in the first {asked} requests",
         check,
-        0,
-        f"run failed: `{message[:90]}...`; no manifest",
+        retried,
+        f"stopped after {answered} answers: `{message[:110]}...`; after the fix the rerun resumed {kept} "
+        "checkpointed samples and generated the rest; " + published(check, rerun),
     )
 
 

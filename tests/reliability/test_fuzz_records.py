@@ -185,7 +185,7 @@ def test_every_reason_the_code_can_give_is_listed():
     """REJECT_REASONS is the list the README and docs/security.md show: the code gives no other."""
     files = [REPO / "include/eagle_datagen/records.py", *REPO.glob("include/eagle_datagen/sources/*.py")]
     files.append(REPO / "include/eagle_datagen/tokenization/tokenize.py")
-    pattern = re.compile(r'(?:_Invalid|Reject|_reject)\(\s*(?:record,\s*)?"([a-z_0-9]+)"')
+    pattern = re.compile(r'(?:_Invalid|_Unmappable|Reject|_reject)\(\s*(?:record,\s*)?"([a-z_0-9]+)"')
     used = {reason for f in files for reason in pattern.findall(f.read_text())}
     assert used and used <= set(REJECT_REASONS), used - set(REJECT_REASONS)
     assert {"duplicate_key", "special_token_text", "bad_field_type"} <= used

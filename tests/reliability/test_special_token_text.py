@@ -16,7 +16,7 @@ from eagle_datagen.tokenization.tokenize import tokenize_prompts
 
 from conftest import REPO, user_record, write_jsonl
 
-SPECIAL_IDS = set(range(163584, 163840))
+SPECIAL_IDS = set(range(163584, 163842))  # 258 special/reserved ids, as the real tokenizer
 CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
 
 
@@ -51,7 +51,8 @@ FORGED = {
     "<|tool_calls_section_begin|>": 163595,
     "[EOS]": 163585,
     "[BOS]": 163584,
-    "<|reserved_token_7|>": 163591,
+    "<|reserved_token_163592|>": 163592,
+    "<|reserved_token_163841|>": 163841,  # beyond the model's vocabulary, too
     "<|im_system|>": 163594,
 }
 
@@ -180,7 +181,7 @@ def test_worker_processes_apply_the_same_policy(loaded_tokenizer):
 
 def test_the_guard_covers_every_added_token_and_nothing_ordinary(loaded_tokenizer):
     guard = SpecialTokenGuard.of(loaded_tokenizer.tokenizer, loaded_tokenizer.profile)
-    assert guard.ids == frozenset(SPECIAL_IDS)  # special and added (think, tool calls), 163584-163839
+    assert guard.ids == frozenset(SPECIAL_IDS)  # special and added (think, tool calls), 163584-163841
     assert "assistant" not in guard.texts  # a profile fact, but an ordinary word
     assert guard.find([{"role": "user", "content": "fine"}], None) is None
     hit = guard.find([{"role": "user", "content": "a"}], [tool_spec(description="x<think>")])

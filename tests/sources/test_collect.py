@@ -205,6 +205,11 @@ def test_recipe_caps_overrides_and_category_mapping(tmp_path):
         ({"categories": {"math": {"sources": ["x"], "sampling": {"seed": 1}}}}, "sampling.seed: unknown key"),
         ({"version": 2, "categories": {"math": {"sources": ["x"]}}}, "version"),
         ({"max_reject_rate": 2, "categories": {"math": {"sources": ["x"]}}}, "max_reject_rate"),
+        (
+            {"max_rates": {"echo": 0.1}, "categories": {"math": {"sources": ["x"]}}},
+            "max_rates: .*unknown reason 'echo'",
+        ),
+        ({"max_rates": {"prompt_echo": 2}, "categories": {"math": {"sources": ["x"]}}}, "prompt_echo must be a number"),
         ([1, 2], "must be a YAML mapping"),
     ],
 )
@@ -241,3 +246,13 @@ def test_reject_rate_threshold(tmp_path):
     check_reject_rate(result, 0.5, "rejects.jsonl")
     with pytest.raises(RejectRateExceeded, match=r"2 of 4 .*50\.0%.*rejects\.jsonl"):
         check_reject_rate(result, 0.2, "rejects.jsonl")
+
+
+def test_recipe_max_rates_become_the_runs_thresholds_under_the_users():
+    from eagle_datagen.generation.stage import RunOptions, resolve_thresholds
+    from eagle_datagen.tokenization.stage import TokenizeOptions
+
+    recipe = parse_recipe({"max_rates": {"prompt_echo": 0.05, "no_eos": 0.1}, "categories": {"m": {"sources": ["x"]}}})
+    options = RunOptions(TokenizeOptions(output="o", tokenizer="t"), ["http://a"], max_rates={"no_eos": 0.2})
+    thresholds = resolve_thresholds(options, recipe).publish.thresholds
+    assert (thresholds.prompt_echo, thresholds.no_eos, thresholds.missing_think_end) == (0.05, 0.2, 0.5)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 
 from eagle_datagen.standin.kimi_tokenizer import (
+    MODEL_VOCAB_SIZE,
     NAMED_TOKENS,
+    TOKENIZER_SIZE,
     build_tokenizer_object,
     gpt2_byte_order,
     gpt2_byte_to_char,
@@ -51,10 +54,41 @@ def test_byte_tokens_are_ids_0_to_255_in_gpt2_order(tokenizer):
 def test_special_ids_sit_at_their_real_positions(tokenizer):
     for token_id, (text, _) in NAMED_TOKENS.items():
         assert tokenizer.convert_tokens_to_ids(text) == token_id, text
-    assert [t for t, _, _ in special_token_table()] == list(range(163584, 163840))
-    assert tokenizer.convert_tokens_to_ids("<|reserved_token_5|>") == 163589
+    assert [t for t, _, _ in special_token_table()] == list(range(163584, 163842))
+    assert tokenizer.convert_tokens_to_ids("<|reserved_token_163589|>") == 163589  # named by id, as the real one
     assert tokenizer.convert_tokens_to_ids("assistant") == 69702
     assert tokenizer.encode("assistant", add_special_tokens=False) == [69702]
+
+
+def test_the_tokenizer_has_258_special_ids_and_two_more_ids_than_the_model(tokenizer, standin_dir):
+    """tokenization_kimi.py numbers 256 + 2 special/reserved ids from 163584: 163,842 ids for 163,840 rows."""
+    assert (TOKENIZER_SIZE, MODEL_VOCAB_SIZE) == (163842, 163840)
+    assert max(tokenizer.get_vocab().values()) == 163841  # ids are sparse below 163584: len() is smaller
+    reserved = ["<|reserved_token_163840|>", "<|reserved_token_163841|>"]
+    assert tokenizer.convert_ids_to_tokens([163840, 163841]) == reserved
+    assert tokenizer.encode("<|reserved_token_163841|>", add_special_tokens=False) == [163841]
+    added = json.loads((standin_dir / "tokenizer.json").read_text())["added_tokens"]
+    assert [t["id"] for t in added] == list(range(163584, 163842))
+    assert {t["content"] for t in added if not t["special"]} == {
+        "<think>",
+        "</think>",
+        "<|tool_calls_section_begin|>",
+        "<|tool_calls_section_end|>",
+        "<|tool_call_begin|>",
+        "<|tool_call_argument_begin|>",
+        "<|tool_call_end|>",
+    }
+
+
+def test_ordinary_text_ids_are_those_of_every_earlier_build(standin_dir):
+    """Tests and benchmarks rely on the ordinary-text ids: the BPE part (ids below 163584 and the merges) is
+    the one build 1 made; only the special ids changed since."""
+    raw = json.loads((standin_dir / "tokenizer.json").read_text())
+    vocab = sorted(((t, i) for t, i in raw["model"]["vocab"].items() if i < 163584), key=lambda kv: kv[1])
+    text = json.dumps([vocab, raw["model"]["merges"]], ensure_ascii=False)
+    assert hashlib.sha256(text.encode()).hexdigest() == (
+        "dd13a23c8157606985eab9cb33912ca01aab4ce1f23748104d6fac86eead0b2c"
+    )
 
 
 def test_think_and_tool_tokens_are_added_but_not_special(tokenizer):
@@ -108,8 +142,40 @@ def test_history_assistant_turns_get_empty_think(tokenizer):
 
 def test_tools_are_declared_first_as_tool_declare_turn(tokenizer):
     text = render(tokenizer, [{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER_TOOL])
-    declared = json.dumps([WEATHER_TOOL], separators=(",", ":"))
+    declared = json.dumps([WEATHER_TOOL], separators=(",", ":"), sort_keys=True)
     assert text.startswith(f"<|im_system|>tool_declare<|im_middle|>{declared}<|im_end|><|im_user|>user")
+
+
+def deep_sort(value):
+    """tokenization_kimi.py's deep_sort_dict: every mapping's keys sorted, at every depth."""
+    if isinstance(value, dict):
+        return {k: deep_sort(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [deep_sort(v) for v in value]
+    return value
+
+
+def test_tool_schemas_are_deep_sorted_before_rendering(tokenizer):
+    """The real apply_chat_template deep-sorts the tools: the key order of a spec does not change the prompt."""
+    tool = {
+        "type": "function",
+        "function": {
+            "parameters": {
+                "type": "object",
+                "required": ["unit", "city"],
+                "properties": {"unit": {"enum": ["C", "F"], "type": "string"}, "city": {"type": "string"}},
+            },
+            "name": "get_weather",
+            "description": "Current weather",
+        },
+    }
+    reordered = json.loads(json.dumps(deep_sort(tool)))
+    messages = [{"role": "user", "content": "Weather?"}]
+    text = render(tokenizer, messages, tools=[tool])
+    assert text == render(tokenizer, messages, tools=[reordered])
+    declared = json.dumps([deep_sort(tool)], separators=(",", ":"), ensure_ascii=False)
+    assert f"<|im_system|>tool_declare<|im_middle|>{declared}<|im_end|>" in text
+    assert '"required":["unit","city"]' in declared  # lists keep their order; only mapping keys are sorted
 
 
 def test_tool_calls_and_results(tokenizer):

@@ -156,6 +156,15 @@ def test_strip_think_removes_think_tokens_and_shows_a_reasoning_parser(sim):
     assert requests.get(sim.url + "/get_server_info").json()["reasoning_parser"] == "kimi_k2"
 
 
+def test_prompt_tokens_reports_another_tokenizers_count(sim):
+    clean = clean_output(sim)
+    sim.set_faults({"prompt_tokens": 1.0})
+    answer = post(sim).json()
+    assert answer["output_ids"] == clean  # the output is right; only the count disagrees with the ids sent
+    assert answer["meta_info"]["prompt_tokens"] == len(PROMPT) + 1
+    assert sim.stats()["faults"]["prompt_tokens"] == 1
+
+
 def test_output_faults_apply_to_streams_too(sim):
     sim.set_faults({"echo": 1.0})
     response = post(sim, {**BODY, "stream": True})

@@ -97,6 +97,7 @@ def test_server_info_on_both_paths(http, sim):
         assert info["reasoning_parser"] is None and info["tool_call_parser"] is None
         assert info["enable_metrics"] is True
         assert info["port"] == sim.port
+        assert info["enable_deterministic_inference"] is False  # SGLang's default: sampling_seed is ignored
 
 
 def test_v1_models_and_no_weight_version_route(http, sim):
@@ -633,6 +634,7 @@ def test_cli_flags_build_the_config():
     assert default == SimConfig(faults=FaultRates())
     custom = config_from_args(_parse("--output-tokens", "10-20", "--prefill-ms-per-1k-tokens", "40"))
     assert (custom.output_tokens_min, custom.output_tokens_max, custom.prefill_s_per_token) == (10, 20, 0.00004)
+    assert config_from_args(_parse("--enable-deterministic-inference")).enable_deterministic_inference is True
 
 
 @pytest.mark.parametrize(

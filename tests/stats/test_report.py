@@ -120,3 +120,49 @@ def test_dollar_signs_in_names_are_drawn_as_text(kimi_profile):
     data, quarantine = synthetic_run(["$x^2$", "a$b"], 5)
     page = render_report(compute_statistics(data, quarantine, kimi_profile), None, "t", {})
     assert page.count('<img src="data:image/png;base64,') == 2 and "$x^2$" in page
+
+
+def test_the_report_shows_the_share_of_cached_prompt_tokens(kimi_profile):
+    data, quarantine = synthetic_run(["math", "code"], 10)
+    prompts = [pc_lengths(t) for t in data]
+    data = [
+        t.append_column("cached_tokens", pa.array([n // 2 if i == 0 else 0 for n in p], pa.int32()))
+        for i, (t, p) in enumerate(zip(data, prompts, strict=True))
+    ]
+    stats = compute_statistics(data, quarantine, kimi_profile)
+    math = stats["categories"]["math"]["prompt_cache"]
+    assert 0.4 < math["cached_share"] <= 0.5 and stats["categories"]["code"]["prompt_cache"]["cached_share"] == 0.0
+    page = render_report(stats, None, "cache", {})
+    assert "prompt tokens cached" in page and "cached prompt tokens" in page
+    assert f"{100 * math['cached_share']:.1f}%" in page and "0.0%" in page
+    assert f"{100 * stats['all']['prompt_cache']['cached_share']:.1f}%" in page
+    assert report_summary(stats, None, None)["categories"]["math"]["prompt_cache"] == math
+    older = {k: v for k, v in stats["all"].items() if k != "prompt_cache"}  # statistics from before the field
+    render_report(stats | {"all": older}, None, "older", {})
+
+
+def pc_lengths(table: pa.Table) -> list[int]:
+    return [len(ids) for ids in table["prompt_ids"].to_pylist()]
+def test_prompt_rejects_by_source_with_benchmark_overlaps(run, tmp_path):
+    from eagle_datagen.cli import main
+    from eagle_datagen.stats.prompt_rejects import count_prompt_rejects
+
+    from conftest import user_record, write_jsonl
+
+    prompts = write_jsonl(
+        tmp_path / "p.jsonl",
+        [user_record("The quick brown fox jumps over the lazy dog " * 2), user_record("fine"), {"category": "x"}],
+    )
+    bench = write_jsonl(tmp_path / "b.jsonl", [{"question": "The quick brown fox jumps over the lazy dog " * 2}])
+    out = tmp_path / "out"
+    args = ["tokenize", "--prompts", str(prompts), "--tokenizer", "standin:kimi-k2.5", "--output", str(out)]
+    assert main([*args, "--benchmark", f"pets={bench}", "--max-reject-rate", "0.5"]) == 0
+    counts = count_prompt_rejects((out / "rejects/rejects.jsonl").read_bytes())
+    assert counts["by_source"] == {
+        str(prompts): {"reasons": {"benchmark_overlap": 1, "missing_messages": 1}, "benchmark_overlaps": {"pets": 1}}
+    }
+    assert counts["benchmark_overlaps"] == {"pets": 1}
+    stats = dict(run[0], prompt_rejects=counts)
+    page = render_report(stats, None, "t", {})
+    assert "Prompt rejects by source" in page and "benchmark_overlap: 1" in page and "pets: 1" in page
+    assert report_summary(stats, None, None)["prompt_rejects"] == counts

@@ -241,3 +241,49 @@ def test_token_frequency_summary_coverage():
     empty = token_frequency_summary(np.zeros(10, dtype=np.int64))
     assert empty["total_tokens"] == 0 and empty["coverage_top_k"]["1000"] == 0.0
     json.dumps(summary, allow_nan=False)
+
+
+def with_cache(table: pa.Table, cached: list[int | None], prompt_tokens: list[int] | None = None) -> pa.Table:
+    table = table.append_column("cached_tokens", pa.array(cached, pa.int32()))
+    if prompt_tokens is not None:
+        table = table.append_column("prompt_tokens", pa.array(prompt_tokens, pa.int32()))
+    return table
+
+
+def test_prompt_cache_share_overall_and_per_category(kimi_profile):
+    """sum(cached_tokens) / sum(prompt_tokens) over the samples that report cached_tokens, valid or not."""
+    data = [
+        with_cache(DATA[0], [2, 0, None], [3, 5, 2]),  # math: the third did not report
+        with_cache(DATA[1], [1]),  # code, no prompt_tokens column: prompt length counts (1)
+    ]
+    quarantine = [with_cache(QUARANTINE[0], [1, None, 0], [1, 1, 1])]  # math 1/1, code: one reported, 0/1
+    stats = compute_statistics(data, quarantine, kimi_profile)
+    assert stats["categories"]["math"]["prompt_cache"] == {
+        "samples_reporting": 3,
+        "cached_tokens": 3,
+        "prompt_tokens": 9,
+        "cached_share": round(3 / 9, 6),
+    }
+    assert stats["categories"]["code"]["prompt_cache"] == {
+        "samples_reporting": 2,
+        "cached_tokens": 1,
+        "prompt_tokens": 2,
+        "cached_share": 0.5,
+    }
+    assert stats["all"]["prompt_cache"] == {
+        "samples_reporting": 5,
+        "cached_tokens": 4,
+        "prompt_tokens": 11,
+        "cached_share": round(4 / 11, 6),
+    }
+    json.dumps(stats, allow_nan=False)
+
+
+def test_prompt_cache_is_unknown_when_no_sample_reports_it(kimi_profile):
+    stats = compute_statistics(DATA, QUARANTINE, kimi_profile)  # tables without the column (older shards)
+    assert stats["all"]["prompt_cache"] == {
+        "samples_reporting": 0,
+        "cached_tokens": 0,
+        "prompt_tokens": 0,
+        "cached_share": None,
+    }

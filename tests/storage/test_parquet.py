@@ -43,6 +43,18 @@ QUARANTINE_EXTRA = [
     ("finish_detail", pa.string(), True),
     ("error", pa.string(), True),
 ]
+# added to v1 later: last in both schemas
+ADDED = [
+    ("cached_tokens", pa.int32(), True),
+    # turns: each
+    ("conversation_id", pa.string(), True),
+    ("turn_index", pa.int32(), True),
+    ("parent_sample_id", pa.string(), True),
+    ("step_kind", pa.string(), True),
+    ("trajectory_end", pa.string(), True),
+    ("prompt_drift", pa.string(), True),
+]
+CONVERSATION_COLUMNS = [name for name, _, _ in ADDED[1:]]
 SAMPLING = json.dumps({"max_new_tokens": 2048, "temperature": 1.0}, sort_keys=True)
 
 
@@ -65,14 +77,15 @@ def row(i: int, **changes) -> dict:
         "model": "moonshotai/Kimi-K2.5",
         "run_id": "run-1",
         "weight_version": "default",
-    }
+        "cached_tokens": 3,
+    } | dict.fromkeys(CONVERSATION_COLUMNS)
     return base | changes
 
 
 def rows_with_nulls() -> list[dict]:
     return [
         row(0),
-        row(1, record_id=None, reasoning_tokens=None, weight_version=None),
+        row(1, record_id=None, reasoning_tokens=None, weight_version=None, cached_tokens=None),
         row(2, output_ids=[], completion_tokens=0, reasoning_tokens=None),
         row(3, finish_reason="length"),
     ]
@@ -83,8 +96,8 @@ def fields(schema: pa.Schema) -> list[tuple[str, pa.DataType, bool]]:
 
 
 def test_schemas_fix_columns_order_types_and_contract_metadata():
-    assert fields(SAMPLE_SCHEMA) == SAMPLE_COLUMNS
-    assert fields(QUARANTINE_SCHEMA) == SAMPLE_COLUMNS + QUARANTINE_EXTRA
+    assert fields(SAMPLE_SCHEMA) == SAMPLE_COLUMNS + ADDED
+    assert fields(QUARANTINE_SCHEMA) == SAMPLE_COLUMNS + QUARANTINE_EXTRA + ADDED
     for schema in (SAMPLE_SCHEMA, QUARANTINE_SCHEMA):
         assert schema.metadata == {b"eagle_datagen.contract": b"1"}
 
@@ -104,9 +117,23 @@ def test_round_trip_preserves_every_value_type_and_null():
 
 
 def test_missing_optional_columns_are_null():
-    minimal = {k: v for k, v in row(0).items() if k not in ("record_id", "reasoning_tokens", "weight_version")}
+    optional = ("record_id", "reasoning_tokens", "weight_version", "cached_tokens")
+    minimal = {k: v for k, v in row(0).items() if k not in optional}
     decoded = decode_shard(encode_shard(samples_table([minimal])))
-    assert decoded.to_pylist() == [minimal | {"record_id": None, "reasoning_tokens": None, "weight_version": None}]
+    assert decoded.to_pylist() == [minimal | dict.fromkeys(optional)]
+
+
+@pytest.mark.parametrize("quarantine", [False, True])
+def test_a_shard_written_before_cached_tokens_existed_still_decodes(quarantine):
+    """Contract v1 grew additively: an older shard (no cached_tokens) decodes, the column null."""
+    extra = {"reject_reason": "no_eos", "reject_detail": "x"} if quarantine else {}
+    table = samples_table([row(0) | extra, row(1) | extra], quarantine=quarantine).drop_columns(["cached_tokens"])
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)  # as the code of that time wrote it: same metadata, one column fewer
+    decoded = decode_shard(sink.getvalue().to_pybytes())
+    assert decoded.schema.equals(QUARANTINE_SCHEMA if quarantine else SAMPLE_SCHEMA, check_metadata=True)
+    assert decoded.column("cached_tokens").to_pylist() == [None, None]
+    assert decoded.column("sample_id").to_pylist() == [row(0)["sample_id"], row(1)["sample_id"]]
 
 
 def test_quarantine_round_trip():
@@ -252,3 +279,14 @@ def test_shards_are_compressed():
     assert outputs.total_compressed_size / output_tokens < 2.5
     assert len(data) / all_tokens < 2.5
     assert decode_shard(data).to_pylist() == rows
+
+
+def test_a_shard_written_before_the_conversation_columns_still_decodes():
+    """The multi-turn columns are additive: an earlier v1 shard reads back with them null."""
+    table = samples_table(rows_with_nulls())
+    older = table.drop_columns(CONVERSATION_COLUMNS).replace_schema_metadata(SAMPLE_SCHEMA.metadata)
+    sink = pa.BufferOutputStream()
+    pq.write_table(older, sink)
+    decoded = decode_shard(sink.getvalue().to_pybytes())
+    assert decoded.schema.equals(SAMPLE_SCHEMA, check_metadata=True)
+    assert decoded.to_pylist() == rows_with_nulls()

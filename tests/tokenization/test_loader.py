@@ -68,20 +68,34 @@ def test_profile_mismatch_names_the_token(tokenizer, kimi_profile, standin_dir):
         load_tokenizer(str(standin_dir), parse_profile(raw))
 
 
-def test_vocab_beyond_profile(standin_dir, kimi_profile):
-    small = parse_profile(
+def small_profile(kimi_profile, vocab_size: int):
+    return parse_profile(
         {
             "name": "small",
             "model": "x",
-            "vocab_size": 163700,
+            "vocab_size": vocab_size,
             "context_length": 1000,
             "thinking": "generated",
             "tokens": {k: {"text": v.text, "id": v.id} for k, v in kimi_profile.tokens.items()},
             "prompt_suffix": ["think_start"],
         }
     )
-    with pytest.raises(ConfigError, match="beyond profile small's vocab_size 163700"):
-        load_tokenizer(str(standin_dir), small)
+
+
+def test_a_tokenizer_larger_than_the_model_is_accepted_and_says_so(standin_dir, kimi_profile, caplog):
+    """As Kimi-K2.5's real tokenizer (163,842 ids for 163,840 embedding rows): accepted, said once (INFO)."""
+    small = small_profile(kimi_profile, 163700)
+    with caplog.at_level("INFO", logger="eagle_datagen.tokenization.loader"):
+        loaded = load_tokenizer(str(standin_dir), small)
+    expected = sum(1 for i in loaded.tokenizer.get_vocab().values() if i >= 163700)
+    assert expected >= 140 and loaded.ids_beyond_vocab == expected
+    [warning] = [r.getMessage() for r in caplog.records if "beyond" in r.getMessage()]
+    assert f"has {expected} id(s) beyond x's vocabulary of 163700" in warning and "id_beyond_model_vocab" in warning
+    assert "163700 '<|reserved_token_" in warning and "more)" in warning
+    caplog.clear()
+    with caplog.at_level("INFO", logger="eagle_datagen.tokenization.loader"):
+        load_tokenizer(str(standin_dir), small, announce=False)  # a worker process: the parent said it
+    assert not [r for r in caplog.records if "beyond" in r.getMessage()]
 
 
 def test_missing_directory_and_unknown_standin(tmp_path, kimi_profile):

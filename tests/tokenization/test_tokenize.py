@@ -88,3 +88,41 @@ def test_template_errors_reject_one_record_and_the_rest_go_on(standin_dir, tmp_p
     result = tokenize_prompts(loaded, records, 1000, processes=1)
     assert [t.record.messages[0]["content"] for t in result.prompts] == ["fine", "also fine"]
     assert result.rejects[0].reason == "template_error" and "forbidden word" in result.rejects[0].detail
+
+
+def test_a_prompt_with_an_id_beyond_the_model_vocabulary_is_rejected_and_the_rest_go_on(standin_dir, kimi_profile):
+    """[UNK] (163838) lies beyond a 163,700-id model: typed text is refused as special_token_text anyway;
+    allowed, it reaches the ids and is refused as id_beyond_model_vocab, with the id and its text."""
+    from eagle_datagen.profile import parse_profile
+
+    small = parse_profile(
+        {
+            "name": "small",
+            "model": "x/small",
+            "vocab_size": 163700,
+            "context_length": 1000,
+            "thinking": "prefilled",
+            "tokens": {k: {"text": v.text, "id": v.id} for k, v in kimi_profile.tokens.items()},
+            "prompt_suffix": ["think_start"],
+        }
+    )
+    loaded = load_tokenizer(str(standin_dir), small)
+    records = [validate_record(user_record(t), f"o:{i}") for i, t in enumerate(["fine", "a [UNK] b", "also fine"])]
+    guarded = tokenize_prompts(loaded, records, 1000, processes=1)
+    assert [r.reason for r in guarded.rejects] == ["special_token_text"]
+    allowed = tokenize_prompts(loaded, records, 1000, processes=1, allow_special_token_text=True)
+    assert [t.record.messages[0]["content"] for t in allowed.prompts] == ["fine", "also fine"]
+    [reject] = allowed.rejects
+    assert reject.reason == "id_beyond_model_vocab" and reject.stage == "tokenize"
+    assert "holds id 163838 ('[UNK]') at position" in reject.detail and "vocabulary of 163,700 ids" in reject.detail
+    assert all(max(t.prompt_ids) < 163700 for t in allowed.prompts)
+
+
+def test_the_reserved_ids_beyond_kimis_vocabulary_never_enter_a_prompt(loaded_tokenizer):
+    """The stand-in has the real tokenizer's shape: 163840 and 163841 exist only in the tokenizer."""
+    assert loaded_tokenizer.ids_beyond_vocab == 2
+    records = [validate_record(user_record(t), f"o:{i}") for i, t in enumerate(["x <|reserved_token_163840|>", "ok"])]
+    result = tokenize_prompts(loaded_tokenizer, records, 1000, processes=1, allow_special_token_text=True)
+    assert [p.record.messages[0]["content"] for p in result.prompts] == ["ok"]
+    [reject] = result.rejects
+    assert reject.reason == "id_beyond_model_vocab" and "id 163840 ('<|reserved_token_163840|>')" in reject.detail

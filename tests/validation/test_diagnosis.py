@@ -158,3 +158,15 @@ def test_custom_thresholds():
     for bad in ({"prompt_echo": 1.5}, {"finish_length": -0.1}, {"min_samples": -1}):
         with pytest.raises(ConfigError):
             DiagnosisThresholds(**bad)
+
+
+def test_user_rates_override_the_defaults_and_bad_ones_are_refused():
+    from eagle_datagen.errors import ConfigError
+    from eagle_datagen.validation.diagnosis import DiagnosisThresholds
+
+    thresholds = DiagnosisThresholds().with_rates({"prompt_echo": 0.05})
+    assert thresholds.prompt_echo == 0.05 and thresholds.rates()["missing_think_end"] == 0.5
+    with pytest.raises(ConfigError, match="unknown reason 'prompt_ecco'; known reasons: request_error"):
+        DiagnosisThresholds().with_rates({"prompt_ecco": 0.05})
+    with pytest.raises(ConfigError, match="the rate of prompt_echo must be a number between 0 and 1, not 5"):
+        DiagnosisThresholds().with_rates({"prompt_echo": 5})

@@ -86,7 +86,11 @@ class CheckpointWriter:
     async def add(self, result: SampleResult) -> None:
         if not should_checkpoint(result):
             return
-        self._pending[result.request.shard].append(json.dumps(result.to_checkpoint(), separators=(",", ":")))
+        await self.add_row(result.request.shard, result.to_checkpoint())
+
+    async def add_row(self, shard: int, row: dict[str, Any]) -> None:
+        """A checkpoint row as it is (a conversation step carries its prompt ids and its place)."""
+        self._pending[shard].append(json.dumps(row, separators=(",", ":")))
         self._count += 1
         self._oldest = self._oldest or time.monotonic()
         if self._count >= self.policy.max_samples:

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.inference.samples import SampleRequest
 from eagle_datagen.storage.output_root import OutputRoot
@@ -28,6 +29,8 @@ PLAN_SCHEMA = pa.schema(
         ("category", pa.string()),
         ("prompt_ids", pa.list_(pa.int32())),
         ("sample_indices", pa.list_(pa.int32())),  # which samples of the prompt this run generates
+        # turns: each: the source conversation as JSON {"messages", "tools"}; null for turns: last
+        ("conversation", pa.string()),
     ]
 )
 
@@ -44,6 +47,8 @@ class ShardInfo:
 class CategorySettings:
     sampling: dict[str, Any]  # SGLang sampling_params without the per-sample seed
     samples_per_prompt: int
+    turns: str = "last"  # "each": one generation step per assistant turn (conversation/driver.py)
+    max_tool_steps: int = 8
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,10 @@ def write_plan(root: OutputRoot, plan: RunPlan, shard_prompts: list[list[Planned
                 "category": [p.record.category for p, _ in prompts],
                 "prompt_ids": [p.prompt_ids for p, _ in prompts],
                 "sample_indices": [indices for _, indices in prompts],
+                "conversation": [
+                    _conversation_json(p) if plan.categories[p.record.category].turns == "each" else None
+                    for p, _ in prompts
+                ],
             },
             schema=PLAN_SCHEMA,
         )
@@ -127,6 +136,15 @@ def write_plan(root: OutputRoot, plan: RunPlan, shard_prompts: list[list[Planned
         pq.write_table(table, buffer, compression="zstd")
         root.write_bytes(shard_key(plan.run_id, info.index), buffer.getvalue())
     root.write_bytes(plan_key(plan.run_id), json.dumps(plan.to_json(), indent=1).encode())
+
+
+def _conversation_json(prompt: TokenizedPrompt) -> str:
+    return json.dumps({"messages": prompt.record.messages, "tools": prompt.record.tools}, ensure_ascii=False)
+
+
+def read_shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, Any]]:
+    """The shard's planned prompts as rows (prompt order)."""
+    return pq.read_table(io.BytesIO(root.read_bytes(shard_key(plan.run_id, index)))).to_pylist()
 
 
 def load_plan(root: OutputRoot, run_id: str) -> RunPlan | None:
@@ -143,13 +161,45 @@ def check_plan_matches(existing: RunPlan, wanted: RunPlan) -> None:
         )
 
 
+def is_conversation_shard(plan: RunPlan, index: int) -> bool:
+    return plan.categories[plan.shards[index].category].turns == "each"
+
+
+def shard_conversations(root: OutputRoot, plan: RunPlan, index: int) -> list[ConversationJob]:
+    """Every conversation of a `turns: each` shard, in a fixed order (prompt order, then sample index)."""
+    if not is_conversation_shard(plan, index):
+        return []
+    settings = plan.categories[plan.shards[index].category]
+    jobs = []
+    for row in read_shard_rows(root, plan, index):
+        source = json.loads(row["conversation"])
+        for k in row["sample_indices"]:
+            jobs.append(
+                ConversationJob(
+                    prompt_id=row["prompt_id"],
+                    record_id=row["record_id"],
+                    category=row["category"],
+                    sample_index=k,
+                    messages=source["messages"],
+                    tools=source["tools"],
+                    model=plan.model,
+                    sampling=settings.sampling,
+                    max_tool_steps=settings.max_tool_steps,
+                    shard=index,
+                )
+            )
+    return jobs
+
+
 def shard_requests(root: OutputRoot, plan: RunPlan, index: int) -> list[SampleRequest]:
-    """Every sample of a shard, in a fixed order (prompt order, then sample index)."""
+    """Every sample of a single-turn shard, in a fixed order (prompt order, then sample index); none for a
+    `turns: each` shard (its steps come from shard_conversations)."""
+    if is_conversation_shard(plan, index):
+        return []
     info = plan.shards[index]
-    table = pq.read_table(io.BytesIO(root.read_bytes(shard_key(plan.run_id, index))))
     settings = plan.categories[info.category]
     requests = []
-    for row in table.to_pylist():
+    for row in read_shard_rows(root, plan, index):
         for k in row["sample_indices"]:
             requests.append(
                 SampleRequest.create(

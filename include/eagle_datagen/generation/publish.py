@@ -21,11 +21,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from eagle_datagen.conversation.driver import conversation_rows, has_ended, validation_row
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.checkpoint import load_checkpoints
-from eagle_datagen.generation.plan import RunPlan, shard_requests
+from eagle_datagen.generation.endpoint_journal import endpoint_report
+from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_requests
 from eagle_datagen.profile import ModelProfile
+from eagle_datagen.stats.conversations import tool_loop_drift_warning
 from eagle_datagen.stats.draft_vocab import build_draft_vocab
+from eagle_datagen.stats.prompt_rejects import count_prompt_rejects
 from eagle_datagen.stats.report import render_report, report_summary
 from eagle_datagen.stats.statistics import TokenCounter, compute_statistics
 from eagle_datagen.storage.manifest import (
@@ -67,6 +71,7 @@ class PublishSummary:
     draft_vocab_size: int | None = None
     draft_vocab_coverage: float | None = None
     report: str | None = None
+    ejected: list[str] = field(default_factory=list)  # endpoints the content breaker took out, with why
 
 
 class ShardIncomplete(DataGenError):
@@ -85,8 +90,45 @@ def rejects_key(run_id: str) -> str:
     return f"rejects/run={run_id}/rejects.jsonl"
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _conversation_shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, Any]] | None:
+    """A `turns: each` shard's steps as rows (conversation order, then turn); None while any conversation
+    has not ended."""
+    by_conversation = conversation_rows(load_checkpoints(root, plan.run_id, index))
+    rows = []
+    for job in shard_conversations(root, plan, index):
+        steps = by_conversation.get(job.conversation_id, [])
+        if not has_ended(steps):
+            return None
+        for saved in steps:
+            meta, finish = saved["meta_info"] or {}, saved["finish_reason"] or {}
+            rows.append(
+                validation_row(saved["prompt_ids"], saved)
+                | {
+                    "sample_id": saved["sample_id"],
+                    "record_id": job.record_id,
+                    "prompt_id": job.prompt_id,
+                    "category": job.category,
+                    "sample_index": job.sample_index,
+                    "sampling": json.dumps(saved["sampling"], sort_keys=True),
+                    "model": plan.model,
+                    "run_id": plan.run_id,
+                    "weight_version": meta.get("weight_version"),
+                    "cached_tokens": _int_or_none(meta.get("cached_tokens")),
+                    "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
+                }
+                | saved["conversation"]
+            )
+    return rows
+
+
 def shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, Any]] | None:
     """The shard's samples as rows (request order), from its checkpoints; None while any is pending."""
+    if is_conversation_shard(plan, index):
+        return _conversation_shard_rows(root, plan, index)
     requests = shard_requests(root, plan, index)
     done = load_checkpoints(root, plan.run_id, index)
     if any(r.sample_id not in done for r in requests):
@@ -111,6 +153,7 @@ def shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, An
                 "model": plan.model,
                 "run_id": plan.run_id,
                 "weight_version": meta.get("weight_version"),
+                "cached_tokens": _int_or_none(meta.get("cached_tokens")),
                 "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
                 "error": saved["error"],
             }
@@ -204,6 +247,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             reasons.update(table.column("reject_reason").to_pylist())
     total = sum(c["data"] + c["quarantine"] for c in by_category.values())
     check_run(dict(reasons), total, options.thresholds, profile)
+    endpoints = endpoint_report(root, plan.run_id)
 
     def tables(kind: str) -> Iterator[pa.Table]:  # read again, lazily: memory stays one shard deep
         for entry in files:
@@ -211,6 +255,15 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
                 yield decode_shard(root.read_bytes(entry.key))
 
     statistics = compute_statistics(tables("data"), tables("quarantine"), profile)
+    rejects_payload = (
+        root.read_bytes(rejects_key(plan.run_id))
+        if rejects_key(plan.run_id) in root.list(rejects_key(plan.run_id))
+        else None
+    )
+    statistics["prompt_rejects"] = count_prompt_rejects(rejects_payload or b"")
+    drift = tool_loop_drift_warning(statistics.get("conversations"))
+    if drift is not None:
+        log.warning("run %s: %s", plan.run_id, drift)
     draft = None
     if tokens.distinct >= options.draft_vocab_size or options.draft_vocab_required:
         draft = build_draft_vocab(tokens.counts, options.draft_vocab_size)
@@ -234,17 +287,22 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
     }
     artifacts = [
         ("statistics", "statistics.json", json.dumps(statistics, indent=1).encode()),
-        ("report", "report.html", render_report(statistics, tokens.counts, f"run {plan.run_id}", meta).encode()),
+        (
+            "report",
+            "report.html",
+            render_report(statistics, tokens.counts, f"run {plan.run_id}", meta, endpoints).encode(),
+        ),
+        # kind statistics, not a kind of its own: readers of contract v1 refuse kinds they do not know
+        ("statistics", "endpoints.json", json.dumps(endpoints, indent=1).encode()),
         ("summary", "summary.json", json.dumps(report_summary(statistics, tokens.counts, draft), indent=1).encode()),
     ]
     if draft is not None:
         artifacts.append(("draft_vocab", "draft_vocab.safetensors", draft.to_safetensors_bytes()))
     for kind, name, payload in artifacts:
         files.append(ManifestFile.of(_put_derived(root, run_artifact_key(plan.run_id, name), payload), kind))  # type: ignore[arg-type]
-    if rejects_key(plan.run_id) in root.list(rejects_key(plan.run_id)):
-        payload = root.read_bytes(rejects_key(plan.run_id))
-        stored = StoredObject(rejects_key(plan.run_id), sha256_hex(payload), len(payload))
-        files.append(ManifestFile.of(stored, "rejects", rows=payload.count(b"\n")))
+    if rejects_payload is not None:
+        stored = StoredObject(rejects_key(plan.run_id), sha256_hex(rejects_payload), len(rejects_payload))
+        files.append(ManifestFile.of(stored, "rejects", rows=rejects_payload.count(b"\n")))
     data_rows = sum(c["data"] for c in by_category.values())
     quarantine_rows = sum(c["quarantine"] for c in by_category.values())
     manifest = Manifest(
@@ -263,8 +321,24 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             "reasons": dict(reasons),
             "by_category": {c: dict(v) for c, v in sorted(by_category.items())},
             "trained_tokens": tokens.total,
+            "endpoints": {
+                url: {
+                    "answers": e["answers"],
+                    "valid": e["valid"],
+                    "quarantined": e["quarantined"],
+                    "server_faults_retried": e["server_faults"],
+                    "ejected": [{k: x[k] for k in ("reason", "kind", "answers", "by", "at")} for x in e["ejections"]],
+                }
+                for url, e in endpoints["endpoints"].items()
+            },
         },
         files=files,
+        validation={
+            "max_rates": options.thresholds.rates(),
+            "min_samples": options.thresholds.min_samples,
+            "content_breaker": endpoints["policies"][-1] if endpoints["policies"] else None,
+            "early_stops": len(endpoints["stops"]),
+        },
     )
     write_manifest(root, manifest)
     log.info(
@@ -284,6 +358,11 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
         draft.k if draft else None,
         draft.coverage if draft else None,
         run_artifact_key(plan.run_id, "report.html"),
+        [
+            f"{x['endpoint']} ({x['reason']}: {x['evidence']})"
+            for e in endpoints["endpoints"].values()
+            for x in e["ejections"]
+        ],
     )
 
 

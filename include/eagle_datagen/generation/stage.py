@@ -2,7 +2,9 @@
 
 Order matters: configuration and servers are checked first (tokenizer, profile, preflight with a
 canary), so a misconfiguration costs no GPU time; the plan is written before generation, so a rerun
-with the same run id continues the same shards; finished samples are checkpointed as they arrive.
+with the same run id continues the same shards; finished samples are checkpointed as they arrive, each
+answer validated first (screen.py: a server fault is sent again, a sick endpoint ejected, a deployment
+that cannot succeed stops the run).
 When every sample is done, the run is published (validation, data and quarantine shards, statistics,
 draft vocabulary, report, manifest last: see publish.py).
 """
@@ -10,39 +12,49 @@ draft vocabulary, report, manifest last: see publish.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import logging
 import math
 import re
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from eagle_datagen.conversation.driver import ConversationRunner, conversation_rows, has_ended
+from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.errors import ConfigError, DataGenError
-from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints
+from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints, should_checkpoint
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
+from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
 from eagle_datagen.generation.incremental import NothingToDo, claim_samples
 from eagle_datagen.generation.plan import (
     CategorySettings,
     RunPlan,
     check_plan_matches,
+    is_conversation_shard,
     load_plan,
+    shard_conversations,
     shard_requests,
     split_into_shards,
     write_plan,
 )
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions, publish_run
+from eagle_datagen.generation.screen import AnswerScreen
 from eagle_datagen.inference.client import GenerateClient
+from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
 from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, preflight
 from eagle_datagen.inference.retry import RetryPolicy
-from eagle_datagen.inference.samples import SampleRequest
-from eagle_datagen.inference.scheduler import generation_details, run_samples
+from eagle_datagen.inference.samples import SampleRequest, SampleResult
+from eagle_datagen.inference.scheduler import generation_details, run_jobs
+from eagle_datagen.profile import load_profile
 from eagle_datagen.progress import Progress
 from eagle_datagen.sources.collect import check_sources
 from eagle_datagen.sources.recipe import Defaults, Recipe
@@ -64,6 +76,7 @@ class SamplingOverrides:
     top_p: float | None = None
     top_k: int | None = None
     samples_per_prompt: int | None = None
+    turns: str | None = None  # last | each (docs/multi-turn.md)
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,10 @@ class RunOptions:
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     publish: PublishOptions = field(default_factory=PublishOptions)
+    # The user's highest acceptable share per reject reason (`--max-rate REASON=RATE`), over the recipe's
+    # `max_rates` and today's defaults (validation/diagnosis.py); `resolve_thresholds` merges them.
+    max_rates: dict[str, float] = field(default_factory=dict)
+    content_breaker: ContentBreakerPolicy = field(default_factory=ContentBreakerPolicy)
     canary: bool = True
     incremental: bool = False  # generate only samples that no manifest under the output root lists yet
     per_weight_version: bool = False  # with incremental: samples of other weight versions do not count
@@ -105,6 +122,7 @@ class RunSummary:
     published: dict[str, Any] | None  # the publish summary, once every sample is done
     servers: list[dict[str, Any]]
     elapsed_s: float
+    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)  # answers, faults, ejection per endpoint
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -141,13 +159,29 @@ def category_settings(
         if recipe is not None and category in recipe.categories:
             base = recipe.sampling_for(category).model_dump(exclude_none=True)
             per_prompt = recipe.samples_per_prompt_for(category)
+            turns, max_tool_steps = recipe.turns_for(category), recipe.max_tool_steps_for(category)
         else:
-            base = Defaults().sampling.model_dump(exclude_none=True) | profile_sampling
+            defaults = Defaults()
+            base = defaults.sampling.model_dump(exclude_none=True) | profile_sampling
             per_prompt = 1
+            turns, max_tool_steps = defaults.turns, defaults.max_tool_steps
         settings[category] = CategorySettings(
-            sampling=base | cli, samples_per_prompt=overrides.samples_per_prompt or per_prompt
+            sampling=base | cli,
+            samples_per_prompt=overrides.samples_per_prompt or per_prompt,
+            turns=overrides.turns or turns,
+            max_tool_steps=max_tool_steps,
         )
     return settings
+
+
+def resolve_thresholds(options: RunOptions, recipe: Recipe | None) -> RunOptions:
+    """The run's diagnosis thresholds: today's defaults (or the caller's), then the recipe's `max_rates`,
+    then the user's (command line, trigger form)."""
+    rates = (recipe.max_rates if recipe is not None else {}) | options.max_rates
+    if not rates:
+        return options
+    publish = dataclasses.replace(options.publish, thresholds=options.publish.thresholds.with_rates(rates))
+    return dataclasses.replace(options, publish=publish)
 
 
 def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | None = None) -> dict[str, Any] | None:
@@ -180,23 +214,67 @@ def pending_requests(
             yield from (r for r in requests if r.sample_id not in done[r.shard])
 
 
+def pending_conversations(
+    root: OutputRoot, plan: RunPlan, shard_indices: list[int]
+) -> tuple[list[ConversationJob], dict[int, dict[str, dict[str, Any]]]]:
+    """The conversations of these `turns: each` shards that have not ended, and their shards' stored steps."""
+    jobs: list[ConversationJob] = []
+    stored: dict[int, dict[str, dict[str, Any]]] = {}
+    for index in shard_indices:
+        if not is_conversation_shard(plan, index):
+            continue
+        rows = load_checkpoints(root, plan.run_id, index)
+        ended = {cid for cid, steps in conversation_rows(rows).items() if has_ended(steps)}
+        # keep only the steps of conversations to continue: memory holds the interrupted ones, not the run
+        stored[index] = {
+            k: r for k, r in rows.items() if (r.get("conversation") or {}).get("conversation_id") not in ended
+        }
+        jobs += [job for job in shard_conversations(root, plan, index) if job.conversation_id not in ended]
+    return jobs, stored
+
+
 async def generate_pending(
     root: OutputRoot,
     plan: RunPlan,
     shard_indices: list[int],
     servers: list[ServerInfo],
     options: RunOptions,
+    vocab_size: int | None = None,
+    tokenizer: Any = None,
+    by: str = "run",
 ) -> tuple[int, int, GenerateClient]:
-    """Generate every sample of these shards that has no checkpoint yet. Returns (resumed, to_do, client)."""
-    done = {index: set(load_checkpoints(root, plan.run_id, index)) for index in shard_indices}  # ids only
-    resumed = sum(len(ids) for ids in done.values())
-    to_do = sum(plan.shards[index].samples for index in shard_indices) - resumed
-    pending = pending_requests(root, plan, shard_indices, done)
+    """Generate every sample of these shards that has no checkpoint yet, and every step of their
+    conversations that has not been stored. Returns (resumed, to_do, client), counted in samples and
+    conversations. With `vocab_size` (the model's), a request holding an id at or above it is never sent;
+    `tokenizer` renders the steps of `turns: each` shards."""
+    single = [index for index in shard_indices if not is_conversation_shard(plan, index)]
+    done = {index: set(load_checkpoints(root, plan.run_id, index)) for index in single}  # ids only
+    conversations, stored_steps = pending_conversations(root, plan, shard_indices)
+    if conversations and tokenizer is None:
+        raise ConfigError("a turns: each shard needs the tokenizer to render its steps")
+    to_do = sum(plan.shards[index].samples for index in single) - sum(len(ids) for ids in done.values())
+    to_do += len(conversations)
+    resumed = sum(plan.shards[index].samples for index in shard_indices) - to_do
+    pending = pending_requests(root, plan, single, done)
     endpoints = [
         Endpoint(s.url, options.concurrency or math.ceil(WINDOW_PER_SLOT * (s.max_running_requests or DEFAULT_WINDOW)))
         for s in servers
     ]
-    pool = EndpointPool(endpoints, options.breaker)
+    profile = load_profile(plan.profile)
+    journal = EndpointJournal(root, plan.run_id)
+    screen = AnswerScreen(
+        [e.url for e in endpoints],
+        profile,
+        plan.run_id,
+        options.publish.limits,
+        options.publish.thresholds,
+        options.content_breaker,
+        journal,
+        by=by,
+    )
+    pool = EndpointPool(endpoints, options.breaker, gate=screen.breaker)
+    for key, ejection in live_ejections(root, plan.run_id):
+        screen.learn(key, ejection)
     log.info(
         "run %s: %d samples to generate, %d already done; %d in flight over %d endpoint(s)",
         plan.run_id,
@@ -205,23 +283,71 @@ async def generate_pending(
         pool.total_window,
         len(endpoints),
     )
-    async with (
-        GenerateClient(pool, options.retry) as client,
-        CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
-    ):
-        progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
-        await run_samples(client, pending, pool.total_window, checkpoints.add, progress)
-        progress.finish()
+
+    async def stored(result: SampleResult) -> None:
+        await checkpoints.add(result)  # first: the result that stops the run is kept too
+        if should_checkpoint(result):
+            screen.count_row(result)
+
+    try:
+        async with (
+            GenerateClient(pool, options.retry, screen=screen, vocab_size=vocab_size) as client,
+            CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
+        ):
+            progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
+            if to_do:
+                screen.raise_if_all_out()  # every endpoint was ejected earlier in the run
+            runner = ConversationRunner(
+                client,
+                tokenizer,
+                profile,
+                options.publish.limits,
+                checkpoints.add_row,
+                stored_steps,
+                on_answer=screen.count_row,
+            )
+
+            def conversation_job(job: ConversationJob) -> Callable[[], Awaitable[None]]:
+                async def run() -> None:
+                    await runner.run(job)
+                    progress.advance()
+
+                return run
+
+            def sample_job(request: SampleRequest) -> Callable[[], Awaitable[None]]:
+                async def run() -> None:
+                    await stored(await client.generate(request))
+                    progress.advance()
+
+                return run
+
+            # conversations first, the longest first: they are the long jobs, and starting them early shortens
+            # the drain (the last jobs running alone while slots sit idle)
+            conversations.sort(key=lambda j: -sum(m["role"] == "user" for m in j.messages))
+            jobs = itertools.chain((conversation_job(j) for j in conversations), (sample_job(r) for r in pending))
+            await run_jobs(jobs, pool.total_window)
+            progress.finish()
+    finally:
+        if screen.answered or screen.stopped:
+            await asyncio.to_thread(journal.record_tally, screen.tally())
     log.info("endpoints: %s", pool.describe())
     return resumed, to_do, client
 
 
-def _finish_counts(root: OutputRoot, plan: RunPlan) -> Counter[str]:
+def _finish_counts(root: OutputRoot, plan: RunPlan) -> tuple[Counter[str], int]:
+    """Stored results by finish type, and how many of the plan's samples (single-turn samples and whole
+    conversations) are done."""
     counts: Counter[str] = Counter()
+    done = 0
     for info in plan.shards:
-        for row in load_checkpoints(root, plan.run_id, info.index).values():
+        rows = load_checkpoints(root, plan.run_id, info.index)
+        for row in rows.values():
             counts["error" if row["error"] else (row["finish_reason"] or {}).get("type", "abort")] += 1
-    return counts
+        if is_conversation_shard(plan, info.index):
+            done += sum(has_ended(steps) for steps in conversation_rows(rows).values())
+        else:
+            done += len(rows)
+    return counts, done
 
 
 def prepare_plan(
@@ -280,6 +406,7 @@ def run_generation(options: RunOptions) -> RunSummary:
     # An empty --run-id (an unset variable in a script) must not quietly start a new run instead of resuming.
     run_id = check_run_id(options.run_id if options.run_id is not None else new_run_id())
     setup = setup_tokenize(options.prompts)
+    options = resolve_thresholds(options, setup.recipe)
     root = open_output_root(options.prompts.output)
     existing = load_plan(root, run_id)
     if existing is None:  # a rerun works from its plan and needs no sources
@@ -327,10 +454,17 @@ def run_generation(options: RunOptions) -> RunSummary:
         )
         check_plan_matches(plan, wanted)
     resumed, generated, client = asyncio.run(
-        generate_pending(root, plan, [s.index for s in plan.shards], servers, options)
+        generate_pending(
+            root,
+            plan,
+            [s.index for s in plan.shards],
+            servers,
+            options,
+            vocab_size=setup.profile.vocab_size,
+            tokenizer=setup.loaded.tokenizer,
+        )
     )
-    finish = _finish_counts(root, plan)
-    done = sum(finish.values())
+    finish, done = _finish_counts(root, plan)
     published = publish_run(root, plan, setup.profile, options.publish) if done == plan.total_samples else None
     return RunSummary(
         run_id=run_id,
@@ -346,4 +480,5 @@ def run_generation(options: RunOptions) -> RunSummary:
         published=published.__dict__ if published else None,
         servers=[s.provenance() for s in servers],
         elapsed_s=round(time.monotonic() - started, 2),
+        endpoints=client.screen.summary() if isinstance(client.screen, AnswerScreen) else {},
     )

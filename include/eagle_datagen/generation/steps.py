@@ -21,8 +21,9 @@ from typing import Any
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
 from eagle_datagen.generation.incremental import NothingToDo
-from eagle_datagen.generation.plan import load_plan
+from eagle_datagen.generation.plan import is_conversation_shard, load_plan
 from eagle_datagen.generation.publish import PublishOptions, ShardIncomplete, finalize_run, publish_shard
+from eagle_datagen.generation.screen import AnswerScreen
 from eagle_datagen.generation.stage import (
     RunOptions,
     SamplingOverrides,
@@ -30,13 +31,17 @@ from eagle_datagen.generation.stage import (
     check_run_id,
     generate_pending,
     prepare_plan,
+    resolve_thresholds,
 )
 from eagle_datagen.inference.preflight import ServerInfo, preflight
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.profile import load_profile
 from eagle_datagen.sources.collect import check_sources
+from eagle_datagen.sources.recipe import load_recipe
 from eagle_datagen.storage.output_root import open_output_root
+from eagle_datagen.tokenization.loader import load_tokenizer
 from eagle_datagen.tokenization.stage import TokenizeOptions, setup_tokenize
+from eagle_datagen.validation.diagnosis import parse_rates
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +60,12 @@ class RunConfig:
     profile: str = "kimi-k2.5"
     model: str | None = None
     limit: int | None = None
+    near_duplicate_threshold: float | None = None  # None: the recipe's near_duplicates
     max_new_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     samples_per_prompt: int | None = None
+    turns: str | None = None  # last | each; None: the recipe's
     shard_size: int = 1000
     concurrency: int | None = None
     incremental: bool = False
@@ -66,12 +73,15 @@ class RunConfig:
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
     dry_run: bool = False  # plan only: the orchestrator generates nothing, so the plan claims no samples
     draft_vocab_size: int = 32000
+    # {reason: highest acceptable share} over the recipe's max_rates and today's defaults (--max-rate)
+    max_rates: dict[str, float] = dataclasses.field(default_factory=dict)
     max_attempts: int = 8
     canary: bool = True
     trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)  # every step builds storage keys from it, finalize included
+        parse_rates(self.max_rates, "max_rates")
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
@@ -95,6 +105,7 @@ class RunConfig:
                 categories=self.categories,
                 limit=self.limit,
                 trust_remote_code=self.trust_remote_code,
+                near_duplicate_threshold=self.near_duplicate_threshold,
             ),
             sglang_urls=self.sglang_urls,
             run_id=self.run_id,
@@ -104,6 +115,7 @@ class RunConfig:
                 temperature=self.temperature,
                 top_p=self.top_p,
                 samples_per_prompt=self.samples_per_prompt,
+                turns=self.turns,
             ),
             shard_size=self.shard_size,
             concurrency=self.concurrency,
@@ -114,7 +126,13 @@ class RunConfig:
             claim_ttl_s=self.claim_ttl_s,
             claim=not self.dry_run,
             publish=PublishOptions(draft_vocab_size=self.draft_vocab_size),
+            max_rates=dict(self.max_rates),
         )
+
+    def resolved_options(self) -> RunOptions:
+        """`options()` with the diagnosis thresholds resolved against the recipe (for the steps that do
+        not load the tokenizer setup)."""
+        return resolve_thresholds(self.options(), load_recipe(self.recipe) if self.recipe else None)
 
 
 def _config(config: RunConfig | dict[str, Any]) -> RunConfig:
@@ -172,17 +190,36 @@ def generate_shard_step(
 ) -> dict[str, Any]:
     """Generate what the shard's checkpoints lack, then validate it into data/ and quarantine/."""
     cfg = _config(config)
-    options = cfg.options()
+    options = cfg.resolved_options()
     root = open_output_root(cfg.output)
     plan = load_plan(root, cfg.run_id)
     if plan is None:
         raise ConfigError(f"run {cfg.run_id} has no plan under {cfg.output}: run the plan step first")
-    resumed, todo, client = asyncio.run(generate_pending(root, plan, [shard], _servers(servers), options))
+    profile = load_profile(plan.profile)
+    tokenizer = None
+    if is_conversation_shard(plan, shard):  # its steps are rendered here, with the run's own tokenizer
+        tokenizer = load_tokenizer(cfg.tokenizer, profile, cfg.trust_remote_code).tokenizer
+    resumed, todo, client = asyncio.run(
+        generate_pending(
+            root,
+            plan,
+            [shard],
+            _servers(servers),
+            options,
+            vocab_size=profile.vocab_size,
+            tokenizer=tokenizer,
+            by=f"shard {shard}",
+        )
+    )
     try:
-        rows = publish_shard(root, plan, shard, load_profile(plan.profile), options.publish)
+        rows = publish_shard(root, plan, shard, profile, options.publish)
     except ShardIncomplete as exc:  # samples out of attempts: a task retry (on any worker) resumes them
         raise RetryableShardError(f"{exc} (failed attempts: {client.stats.describe_failures()})") from None
-    return {"shard": shard, "resumed": resumed, "generated": todo, "rows": rows}
+    endpoints = client.screen.summary() if isinstance(client.screen, AnswerScreen) else {}
+    for url, counts in endpoints.items():
+        if counts["ejected"]:
+            log.warning("shard %d: endpoint %s is out of rotation for this run: %s", shard, url, counts["ejected"])
+    return {"shard": shard, "resumed": resumed, "generated": todo, "rows": rows, "endpoints": endpoints}
 
 
 class RetryableShardError(Exception):
@@ -195,5 +232,5 @@ def finalize_step(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
     plan = load_plan(root, cfg.run_id)
     if plan is None:
         return {"run_id": cfg.run_id, "published": False, "reason": "nothing planned"}
-    summary = finalize_run(root, plan, load_profile(plan.profile), cfg.options().publish)
+    summary = finalize_run(root, plan, load_profile(plan.profile), cfg.resolved_options().publish)
     return {"run_id": cfg.run_id, "published": True} | dataclasses.asdict(summary)

@@ -3,6 +3,11 @@
 One aiohttp session per endpoint (its connection limit equals the endpoint's window), reused for every
 request. `generate` never raises for a failed request: it returns a `SampleResult` whose `error` says
 what ended it, so one bad sample cannot stop a shard.
+
+A last guard before anything is sent: a request holding an id at or above the model's `vocab_size` (in
+`input_ids` or `stop_token_ids`) fails permanently as `id_beyond_model_vocab` without reaching a server.
+Tokenization already rejects such prompts; the guard exists because one such id kills a real SGLang server
+(its scheduler raises and the process exits), taking every other request in flight with it.
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
 from eagle_datagen.inference.endpoints import Endpoint, EndpointPool, NoEndpointAvailable
+from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.retry import Failure, RetryPolicy, failure_from_status
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 
@@ -28,27 +34,11 @@ class GenerationStats:
     retries: int = 0
     failed: int = 0  # samples that ended in a permanent error
     output_tokens: int = 0
+    server_faults: int = 0  # answers the screen refused as server faults and sent again
     failures: Counter[str] = field(default_factory=Counter)  # failed attempts by kind
 
     def describe_failures(self) -> str:
         return ", ".join(f"{kind} {n}" for kind, n in self.failures.most_common()) or "none"
-
-
-def _error_message(body: bytes) -> str:
-    """SGLang's error bodies: {"error": {"message"}}, {"message"} (OpenAI style 503) or plain text."""
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return body.decode("utf-8", errors="replace").strip()[:300] or "(empty body)"
-    if isinstance(payload, dict):
-        error = payload.get("error")
-        if isinstance(error, dict) and "message" in error:
-            return str(error["message"])[:300]
-        if isinstance(error, str):
-            return error[:300]
-        if "message" in payload:
-            return str(payload["message"])[:300]
-    return str(payload)[:300]
 
 
 def _parse_answer(payload: Any) -> tuple[list[int], dict[str, Any]] | Failure:
@@ -63,10 +53,44 @@ def _parse_answer(payload: Any) -> tuple[list[int], dict[str, Any]] | Failure:
     return output_ids, meta
 
 
+def beyond_vocab(request: SampleRequest, vocab_size: int) -> str | None:
+    """Why the request must not be sent (an id the model does not have), or None."""
+    prompt = request.prompt_ids
+    if prompt and max(prompt) >= vocab_size:
+        bad = next(i for i in prompt if i >= vocab_size)
+        return f"prompt id {bad} is beyond the model's vocabulary of {vocab_size} ids; not sent"
+    stops = request.sampling.get("stop_token_ids") or []
+    if any(i >= vocab_size for i in stops):
+        return f"stop_token_ids {stops} hold an id beyond the model's vocabulary of {vocab_size} ids; not sent"
+    return None
+class Judgement(Protocol):
+    reason: str | None  # None: a valid answer
+
+    @property
+    def server_fault(self) -> bool: ...
+
+
+class AnswerScreen(Protocol):
+    """Judges each answer as it arrives (generation/screen.py); may raise to stop the run."""
+
+    def check_answer(
+        self, endpoint: str, request: SampleRequest, output_ids: list[int], meta_info: dict[str, Any]
+    ) -> Judgement: ...
+
+
 class GenerateClient:
-    def __init__(self, pool: EndpointPool, policy: RetryPolicy | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        pool: EndpointPool,
+        policy: RetryPolicy | None = None,
+        seed: int = 0,
+        screen: AnswerScreen | None = None,
+        vocab_size: int | None = None,
+    ) -> None:
         self.pool = pool
         self.policy = policy or RetryPolicy()
+        self.screen = screen
+        self.vocab_size = vocab_size  # set: requests with ids at or above it are never sent
         self.stats = GenerationStats()
         self._rng = random.Random(seed)
         self._sessions: dict[str, aiohttp.ClientSession] = {}
@@ -90,7 +114,7 @@ class GenerateClient:
             async with session.post("generate", json=body) as response:
                 raw = await response.read()
                 if response.status != 200:
-                    return failure_from_status(response.status, _error_message(raw))
+                    return failure_from_status(response.status, error_message(raw))
         except TimeoutError:
             return Failure("timeout", f"no answer within {self.policy.request_timeout_s:.0f}s", transient=True)
         except aiohttp.ServerDisconnectedError:
@@ -106,9 +130,16 @@ class GenerateClient:
 
     async def generate(self, request: SampleRequest) -> SampleResult:
         result = SampleResult(request)
+        refused = beyond_vocab(request, self.vocab_size) if self.vocab_size is not None else None
+        if refused is not None:
+            self.stats.failures["id_beyond_model_vocab"] += 1
+            self.stats.failed += 1
+            result.error, result.retryable = f"id_beyond_model_vocab: {refused}", False
+            return result
+        avoid: str | None = None  # after a server fault: another endpoint, when there is one
         for attempt in range(1, self.policy.max_attempts + 1):
             try:
-                endpoint = await self.pool.acquire()
+                endpoint = await self.pool.acquire(avoid)
             except NoEndpointAvailable as exc:
                 self.stats.failures["no_endpoint"] += 1
                 result.error, result.retryable = f"no_endpoint: {exc}", True
@@ -120,8 +151,23 @@ class GenerateClient:
             await self.pool.release(endpoint, ok=ok, endpoint_fault=not ok and outcome.transient)
             result.attempts, result.endpoint = attempt, endpoint.url
             if not isinstance(outcome, Failure):
-                result.output_ids, result.meta_info = outcome
+                output_ids, meta_info = outcome
+                verdict = (
+                    self.screen.check_answer(endpoint.url, request, output_ids, meta_info) if self.screen else None
+                )
+                if verdict is not None and verdict.server_fault:  # the model did not give this answer: ask again
+                    self.stats.server_faults += 1
+                    self.stats.failures[str(verdict.reason)] += 1
+                    avoid = endpoint.url
+                    if attempt == self.policy.max_attempts:
+                        result.error = f"gave up after {attempt} attempts: the last answer had {verdict.reason}"
+                        result.retryable = True
+                        break
+                    self.stats.retries += 1
+                    continue
+                result.output_ids, result.meta_info = output_ids, meta_info
                 result.finish_reason = result.meta_info.get("finish_reason") or {}
+                result.reject_reason = verdict.reason if verdict is not None else None
                 self.stats.completed += 1
                 self.stats.output_tokens += len(result.output_ids)
                 return result

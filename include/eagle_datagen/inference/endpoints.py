@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass
@@ -42,36 +43,51 @@ class NoEndpointAvailable(Exception):
     """Every endpoint has been failing for longer than the breaker's give_up_after_s."""
 
 
+class EndpointGate(Protocol):
+    """The content breaker (content_breaker.py): endpoints whose answers are wrong stay out for the run."""
+
+    def is_available(self, endpoint: Endpoint) -> bool: ...
+
+
 @dataclass
 class EndpointPool:
     endpoints: list[Endpoint]
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     last_ok: float = field(default_factory=time.monotonic)
+    gate: EndpointGate | None = None
+
+    def usable(self, avoid: str | None = None) -> list[Endpoint]:
+        """The endpoints the gate admits; without `avoid` (the one whose answer was wrong) when others are."""
+        admitted = [e for e in self.endpoints if self.gate is None or self.gate.is_available(e)]
+        return [e for e in admitted if e.url != avoid] or admitted
 
     @property
     def total_window(self) -> int:
         return sum(e.window for e in self.endpoints)
 
-    async def acquire(self) -> Endpoint:
+    async def acquire(self, avoid: str | None = None) -> Endpoint:
         """The available endpoint with the fewest requests in flight; waits while none is available."""
         async with self._changed:
             while True:
                 now = time.monotonic()
-                candidates = [e for e in self.endpoints if e.available(now)]
+                usable = self.usable(avoid)
+                if not usable:
+                    raise NoEndpointAvailable("every endpoint was taken out by the content breaker")
+                candidates = [e for e in usable if e.available(now)]
                 if candidates:
                     chosen = min(candidates, key=lambda e: (e.outstanding / e.window, e.outstanding))
                     chosen.outstanding += 1
                     if chosen.open_until:
                         chosen.probing = True
                     return chosen
-                all_out = all(e.open_until for e in self.endpoints)
+                all_out = all(e.open_until for e in usable)
                 give_up_at = self.last_ok + self.breaker.give_up_after_s
                 if all_out and now > give_up_at:
                     raise NoEndpointAvailable(
                         f"every endpoint has failed for {now - self.last_ok:.0f}s: {self.describe()}"
                     )
-                wake = [e.open_until for e in self.endpoints if e.open_until > now]
+                wake = [e.open_until for e in usable if e.open_until > now]
                 if all_out:
                     wake.append(give_up_at)
                 timeout = max(0.01, min(wake) - now) if wake else None

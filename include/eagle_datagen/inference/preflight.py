@@ -2,8 +2,10 @@
 
 1. `/health_generate` answers 200 (waits a little while the server is still starting);
 2. `/get_model_info` serves the configured model;
-3. `/get_server_info` reports the version (0.5.0-0.5.4 echo the prompt tail into output_ids) and the
-   number of running slots, which sizes the client's concurrency window;
+3. `/server_info` (`/get_server_info` on older servers) reports the version (0.5.0-0.5.4 echo the prompt
+   tail into output_ids), the number of running slots, which sizes the client's concurrency window, and
+   whether the server runs with `--enable-deterministic-inference`: without it SGLang ignores
+   `sampling_seed`, so the run says once that its samples are not reproducible by seed;
 4. a canary generation ends in the EOS, carries `</think>` and no `<think>`, and counts its own tokens.
 A misconfigured server stops the run with one line that says what is wrong and how to fix it. A server that
 is only busy or flaky does not: transient failures (503, 429, 408, other 5xx, HTTP-200 aborts, dropped
@@ -28,6 +30,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.retry import RetryPolicy, failure_from_status
 from eagle_datagen.profile import ModelProfile
 
@@ -37,6 +40,10 @@ _USERINFO = re.compile(r"//[^/?#]*@")
 # Attempts per preflight request for transient failures; backoff as for generation requests.
 PREFLIGHT_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.5, max_delay_s=4.0)
 CANARY_TRIES = 3  # canaries (each with its own seed) that must all fail a content check to stop the run
+SEED_REPRODUCIBLE = "reproducible: the server runs with --enable-deterministic-inference"
+SEED_NOT_REPRODUCIBLE = (
+    "not reproducible: the server runs without --enable-deterministic-inference, so SGLang ignores sampling_seed"
+)
 
 
 class _Transient(Exception):
@@ -71,6 +78,7 @@ class ServerInfo:
     version: str | None
     max_running_requests: int | None
     warnings: list[str] = field(default_factory=list)
+    deterministic_inference: bool = False  # --enable-deterministic-inference: only then is sampling_seed honoured
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -78,6 +86,8 @@ class ServerInfo:
             "model_path": self.model_path,
             "weight_version": self.weight_version,
             "sglang_version": self.version,
+            "enable_deterministic_inference": self.deterministic_inference,
+            "sampling_seed": SEED_REPRODUCIBLE if self.deterministic_inference else SEED_NOT_REPRODUCIBLE,
         }
 
 
@@ -106,9 +116,13 @@ def same_model(served: str, expected: str) -> bool:
     return PurePosixPath(served.rstrip("/")).name.lower() == PurePosixPath(expected.rstrip("/")).name.lower()
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str, path: str) -> Any:
+async def _get_json(session: aiohttp.ClientSession, url: str, path: str, fallback: str | None = None) -> Any:
+    """GET a JSON object; on a 404, `fallback` (an older name of the same endpoint) instead."""
+
     async def get(_attempt: int) -> Any:
         async with session.get(url.rstrip("/") + path) as response:
+            if response.status == 404 and fallback is not None:
+                return None
             if response.status != 200:
                 if failure_from_status(response.status, "").transient:
                     raise _Transient(f"{response.status} to GET {path}")
@@ -125,7 +139,10 @@ async def _get_json(session: aiohttp.ClientSession, url: str, path: str) -> Any:
             raise ConfigError(f"SGLang at {url} answered GET {path} with {text!r}, not a JSON object: is this SGLang?")
         return answer
 
-    return await _retried(url, f"GET {path}", get)
+    answer = await _retried(url, f"GET {path}", get)
+    if answer is None and fallback is not None:
+        return await _get_json(session, url, fallback)
+    return answer
 
 
 async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float) -> None:
@@ -194,10 +211,11 @@ async def _canary_answer(session: aiohttp.ClientSession, url: str, body: dict[st
             raw = await response.read()
         text = raw[:200].decode(errors="replace").strip()
         if response.status != 200:
-            if failure_from_status(response.status, text).transient:
-                raise _Transient(f"{response.status}: {text}")
+            message = error_message(raw)[:200]
+            if failure_from_status(response.status, message).transient:
+                raise _Transient(f"{response.status}: {message}")
             raise ConfigError(
-                f"SGLang at {url} answered {response.status} to the canary generation ({text}): check the "
+                f"SGLang at {url} answered {response.status} to the canary generation ({message}): check the "
                 "sampling parameters"
             )
         try:
@@ -254,7 +272,7 @@ async def preflight_endpoint(
             f"SGLang at {url} serves {served!r}, but this run is for {expected_model!r}: point --sglang-url at the "
             "right server, set --model, or pass --allow-model-mismatch"
         )
-    server_info = await _get_json(session, url, "/get_server_info")
+    server_info = await _get_json(session, url, "/server_info", fallback="/get_server_info")
     version = server_info.get("version")
     warnings = []
     if version and ECHO_BUG_VERSIONS.match(str(version)):
@@ -273,6 +291,7 @@ async def preflight_endpoint(
         version=str(version) if version is not None else None,
         max_running_requests=int(running) if isinstance(running, int) and running > 0 else None,
         warnings=warnings,
+        deterministic_inference=server_info.get("enable_deterministic_inference") is True,
     )
 
 
@@ -297,4 +316,17 @@ async def preflight(
     weights = {i.weight_version for i in infos}
     if len(weights) > 1:
         raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
+    warn_seed_not_reproducible(infos)
     return list(infos)
+
+
+def warn_seed_not_reproducible(infos: list[ServerInfo]) -> None:
+    """Once per run: without deterministic inference a sample generated again may differ from the stored one."""
+    loose = [i.url for i in infos if not i.deterministic_inference]
+    if loose:
+        log.warning(
+            "sampling_seed does not make samples reproducible on this deployment: SGLang at %s runs without "
+            "--enable-deterministic-inference (every sample is still exactly what the model produced; a sample "
+            "generated again may differ)",
+            ", ".join(loose),
+        )

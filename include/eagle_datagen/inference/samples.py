@@ -85,6 +85,7 @@ class SampleResult:
     attempts: int = 0
     error: str | None = None  # set when the request failed: a 400, or retries exhausted
     retryable: bool = False  # an exhausted transient failure: a rerun should try this sample again
+    reject_reason: str | None = None  # the screen's verdict on the answer (not checkpointed: publishing judges again)
 
     @property
     def finish_type(self) -> FinishType:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.inference.client import GenerateClient
@@ -23,14 +24,27 @@ async def run_samples(
     progress: Progress | None = None,
 ) -> None:
     """Generate every request with at most `concurrency` in flight; `on_result` sees each result once."""
-    pending = iter(requests)
 
-    async def worker() -> None:
-        for request in pending:  # a shared iterator: next() never awaits, so workers cannot race on it
+    def job(request: SampleRequest) -> Callable[[], Awaitable[None]]:
+        async def generate() -> None:
             result = await client.generate(request)
             await on_result(result)
             if progress is not None:
                 progress.advance()
+
+        return generate
+
+    await run_jobs((job(r) for r in requests), concurrency)
+
+
+async def run_jobs(jobs: Iterable[Callable[[], Awaitable[Any]]], concurrency: int) -> None:
+    """Run every job with at most `concurrency` at once. A job is one sample, or a whole conversation whose
+    steps run in order (one request in flight per job, so `concurrency` is still the requests in flight)."""
+    pending = iter(jobs)
+
+    async def worker() -> None:
+        for job in pending:  # a shared iterator: next() never awaits, so workers cannot race on it
+            await job()
 
     try:
         async with asyncio.TaskGroup() as group:  # one failing worker (a checkpoint write) cancels the rest

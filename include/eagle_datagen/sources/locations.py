@@ -11,6 +11,7 @@ from pathlib import Path
 
 from eagle_datagen.errors import SourceError
 from eagle_datagen.objectstore.s3 import GLOB_CHARS, S3Uri, describe_error, is_s3_uri, match_keys, read_object
+from eagle_datagen.sources.hub_paths import HUB_PREFIX
 
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
 COMPRESSIONS = (".gz", ".zst")
@@ -31,13 +32,22 @@ def source_format(name: str) -> str | None:
 
 @dataclass(frozen=True)
 class SourceFile:
-    uri: str  # a local path or s3://bucket/key
+    uri: str  # a local path or s3://bucket/key; a folder or hf://datasets/OWNER/NAME for Hugging Face datasets
+    hf_kind: str | None = None  # saved (save_to_disk), folder (a dataset's file layout) or hub; None: a file
+    split: str | None = None
+    config: str | None = None
 
     @property
     def format(self) -> str:
+        if self.hf_kind is not None:
+            return "hf"
         fmt = source_format(self.uri)
         assert fmt is not None, self.uri
         return fmt
+
+    @property
+    def is_local(self) -> bool:
+        return not is_s3_uri(self.uri) and self.hf_kind is None
 
     def read_bytes(self) -> bytes:
         try:
@@ -86,8 +96,25 @@ def _supported(names: list[str]) -> list[str]:
     return sorted(n for n in names if source_format(n) is not None)
 
 
-def resolve_source(spec: str, base_dir: Path | None = None) -> list[SourceFile]:
-    """All files a spec names, sorted; a spec that names nothing is an error (a typo must not pass silently)."""
+def resolve_source(
+    spec: str, base_dir: Path | None = None, split: str | None = None, config: str | None = None
+) -> list[SourceFile]:
+    """All files a spec names, sorted; a spec that names nothing is an error (a typo must not pass silently).
+    A Hugging Face dataset (hf://, a saved dataset folder, a folder in a dataset's layout) is one source."""
+    from eagle_datagen.sources import hf_datasets
+
+    if spec.startswith(HUB_PREFIX):
+        return [hf_datasets.hub_source(spec, split, config)]
+    if not is_s3_uri(spec):
+        local = Path(spec) if base_dir is None or Path(spec).is_absolute() else base_dir / spec
+        found = hf_datasets.local_source(local, split, config)
+        if found is not None:
+            return [found]
+    if split is not None or config is not None:
+        raise SourceError(
+            f"prompt source {spec} has split or config, which only Hugging Face datasets have (hf://datasets/OWNER/"
+            "NAME, a save_to_disk folder, or a folder of Parquet or Arrow files in a dataset's layout)"
+        )
     if is_s3_uri(spec):
         try:
             uri = S3Uri.parse(spec)

@@ -21,10 +21,11 @@ import pyarrow.parquet as pq
 
 from eagle_datagen.errors import SourceError
 from eagle_datagen.records import Reject, excerpt_of
+from eagle_datagen.sources.formats import SourceFormat
 from eagle_datagen.sources.locations import SourceFile
 
-# Tabular formats cannot nest: these columns hold JSON text there.
-JSON_COLUMNS = ("messages", "tools")
+DEFAULT_FORMAT = SourceFormat()  # detected per record; tabular columns named as the formats name them
+
 OPTIONAL_TEXT_COLUMNS = ("id", "category", "source", "tools")
 BOM = b"\xef\xbb\xbf"
 
@@ -71,10 +72,24 @@ class RawRow:
     value: Any
 
 
-def read_rows(source: SourceFile) -> Iterator[RawRow | Reject]:
+def read_rows(source: SourceFile, fmt: SourceFormat | None = DEFAULT_FORMAT) -> Iterator[RawRow | Reject]:
+    """Rows as the source holds them (tabular JSON-text columns decoded); `fmt` names the columns (None: any
+    columns, no JSON text decoded, as benchmark files are read)."""
+    if source.format == "hf":
+        from eagle_datagen.sources.hf_datasets import hf_rows  # `datasets` is imported only for such sources
+
+        yield from hf_rows(source, fmt)
+        return
+    if source.format == "parquet" and source.is_local:  # row group by row group: memory stays bounded
+        yield from _parquet_rows(source.uri, source.uri, fmt)
+        return
     data = source.read_bytes()
-    readers = {"jsonl": _jsonl_rows, "parquet": _parquet_rows, "csv": _csv_rows}
-    yield from readers[source.format](source.uri, data)
+    if source.format == "jsonl":
+        yield from _jsonl_rows(source.uri, data)
+    elif source.format == "parquet":
+        yield from _parquet_rows(source.uri, pa.BufferReader(data), fmt)
+    else:
+        yield from _csv_rows(source.uri, data, fmt)
 
 
 def _jsonl_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
@@ -100,12 +115,12 @@ def _jsonl_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
             yield _json_reject(exc, f"line {number}", origin, excerpt_of(text))
 
 
-def _decode_tabular_row(origin: str, row: dict[str, Any]) -> RawRow | Reject:
+def _decode_tabular_row(origin: str, row: dict[str, Any], fmt: SourceFormat | None = DEFAULT_FORMAT) -> RawRow | Reject:
     row = dict(row)
     for column in OPTIONAL_TEXT_COLUMNS:  # an empty cell means "absent"
         if row.get(column) == "":
             row[column] = None
-    for column in JSON_COLUMNS:
+    for column in fmt.json_columns() if fmt else ():
         value = row.get(column)
         if isinstance(value, str):
             record_id = row.get("id") if isinstance(row.get("id"), str) else None
@@ -125,19 +140,19 @@ def _drop_nulls(value: Any) -> Any:
     return value
 
 
-def _parquet_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
+def _parquet_rows(uri: str, data: str | pa.BufferReader, fmt: SourceFormat | None) -> Iterator[RawRow | Reject]:
     try:
-        parquet = pq.ParquetFile(pa.BufferReader(data))
+        parquet = pq.ParquetFile(data)
+        number = 0
+        for batch in parquet.iter_batches(batch_size=4096):
+            for row in batch.to_pylist():
+                number += 1
+                yield _decode_tabular_row(f"{uri}:row{number}", row, fmt)
     except (pa.ArrowException, OSError) as exc:
         raise SourceError(f"cannot read Parquet prompt source {uri}: {exc}") from None
-    number = 0
-    for batch in parquet.iter_batches(batch_size=4096):
-        for row in batch.to_pylist():
-            number += 1
-            yield _decode_tabular_row(f"{uri}:row{number}", row)
 
 
-def _csv_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
+def _csv_rows(uri: str, data: bytes, fmt: SourceFormat | None) -> Iterator[RawRow | Reject]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -146,10 +161,15 @@ def _csv_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
     # the csv module's default (128 KiB) would stop the whole file at the first long prompt.
     csv.field_size_limit(max(csv.field_size_limit(), min(sys.maxsize, 2**31 - 1)))
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    if reader.fieldnames is None or "messages" not in reader.fieldnames:
-        raise SourceError(f"CSV prompt source {uri} needs a header row with a 'messages' column (JSON text)")
+    needed = fmt.key_columns() if fmt else ()
+    if reader.fieldnames is None or (needed and not set(needed) & set(reader.fieldnames)):
+        others = f" (or {', '.join(repr(c) for c in needed[1:])}, by the source's format)" if needed[1:] else ""
+        raise SourceError(
+            f"CSV prompt source {uri} needs a header row with a {needed[0]!r} column{others}; "
+            "other column names need the source's format and columns (format:, columns:)"
+        )
     try:
         for number, row in enumerate(reader, start=1):
-            yield _decode_tabular_row(f"{uri}:row{number}", {k: v for k, v in row.items() if k is not None})
+            yield _decode_tabular_row(f"{uri}:row{number}", {k: v for k, v in row.items() if k is not None}, fmt)
     except csv.Error as exc:
         raise SourceError(f"CSV prompt source {uri} is malformed at line {reader.line_num}: {exc}") from None

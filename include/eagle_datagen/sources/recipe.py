@@ -5,15 +5,24 @@ version: 1
 name: demo
 seed: 20260101            # sampling under a cap is a pure function of (seed, category, prompt_id)
 max_reject_rate: 0.05     # fail the run when more input records than this are rejected
+max_rates: {prompt_echo: 0.05}   # highest acceptable share per reject reason (default: diagnosis.py's)
 defaults:
   samples_per_prompt: 1
+  turns: last             # last: one sample per record; each: one per assistant turn (docs/multi-turn.md)
+  max_tool_steps: 8       # with turns: each, tool results spliced in per conversation at most
   max_prompt_tokens: 32768
   sampling: {temperature: 1.0, top_p: 0.95, max_new_tokens: 8192}
+decontamination:          # optional: drop prompts that overlap benchmark items (sources/decontamination.py)
+  ngram: 13
+  benchmarks: [humaneval, {name: gsm8k, path: data/gsm8k_test.jsonl, field: question}]
+near_duplicates: {threshold: 0.7}   # optional: MinHash near-duplicates (sources/near_duplicates.py)
 categories:
   math:
     sources: [data/math/*.jsonl, {path: "s3://bucket/math/", max_prompts: 5000}]
     max_prompts: 20000
     sampling: {max_new_tokens: 16384}
+  chat:
+    sources: [{path: "hf://datasets/OWNER/NAME", split: train, format: sharegpt, history: drop}]
 ```
 Relative source paths are resolved against the recipe file's folder.
 """
@@ -25,12 +34,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from eagle_datagen.conversation import TURNS
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.records import CATEGORY_PATTERN
+from eagle_datagen.sources.benchmarks import DEFAULT_NGRAM, BenchmarkSource
+from eagle_datagen.sources.formats import MAPPABLE_FIELDS, FormatName, HistoryPolicy, SourceFormat
+from eagle_datagen.sources.hub_paths import split_query
 
 MAX_RECIPE_VALUES = 100_000  # a recipe with thousands of sources is still far below
+# Near-duplicates (sources/near_duplicates.py): a prompt of 36 words with one word changed keeps a Jaccard
+# similarity of 0.84 over 3-word shingles.
+DEFAULT_THRESHOLD = 0.7
+DEFAULT_SHINGLE_WORDS = 3
+DEFAULT_NUM_PERM = 128
 
 
 class _Strict(BaseModel):
@@ -62,12 +80,39 @@ class SamplingParams(_Strict):
 class SourceSpec(_Strict):
     path: str = Field(min_length=1)
     max_prompts: int | None = Field(None, gt=0)
+    format: FormatName | None = None  # None: detected per record (sources/formats.py)
+    columns: dict[str, str] = Field(default_factory=dict)  # format field -> the source's column
+    history: HistoryPolicy | None = None  # earlier assistant replies: keep (default) or drop
+    split: str | None = Field(None, min_length=1)  # Hugging Face datasets (default: train)
+    config: str | None = Field(None, min_length=1)
+
+    @field_validator("columns")
+    @classmethod
+    def _known_fields(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(MAPPABLE_FIELDS))
+        if unknown:
+            raise ValueError(f"columns maps unknown field(s) {unknown}; the fields are {list(MAPPABLE_FIELDS)}")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query(cls, value: Any) -> Any:
+        """`hf://datasets/OWNER/NAME?config=C&split=S`: split and config in the path, as the CLI gives them."""
+        return split_query(value) if isinstance(value, dict) else value
+
+    def source_format(self) -> SourceFormat:
+        return SourceFormat(self.format, dict(self.columns), self.history)
+
+
+Turns = Literal[TURNS]  # type: ignore[valid-type]
 
 
 class CategorySpec(_Strict):
     sources: list[SourceSpec] = Field(min_length=1)
     max_prompts: int | None = Field(None, gt=0)
     samples_per_prompt: int | None = Field(None, gt=0, le=64)
+    turns: Turns | None = None
+    max_tool_steps: int | None = Field(None, ge=0, le=256)
     max_prompt_tokens: int | None = Field(None, gt=0)
     sampling: SamplingParams | None = None
 
@@ -81,8 +126,26 @@ class CategorySpec(_Strict):
         return value
 
 
+class Decontamination(_Strict):
+    """Reject prompts whose user text shares an n-gram of `ngram` words with a benchmark item, or equals one."""
+
+    ngram: int = Field(DEFAULT_NGRAM, ge=4, le=64)
+    benchmarks: list[BenchmarkSource] = Field(default_factory=list)
+
+
+class NearDuplicates(_Strict):
+    """Reject prompts whose MinHash similarity (over shingles of `shingle_words` words) to a prompt kept before
+    them is at least `threshold`."""
+
+    threshold: float = Field(DEFAULT_THRESHOLD, gt=0.0, le=1.0)
+    shingle_words: int = Field(DEFAULT_SHINGLE_WORDS, ge=1, le=16)
+    num_perm: int = Field(DEFAULT_NUM_PERM, ge=16, le=1024)
+
+
 class Defaults(_Strict):
     samples_per_prompt: int = Field(1, gt=0, le=64)
+    turns: Turns = "last"
+    max_tool_steps: int = Field(8, ge=0, le=256)
     max_prompt_tokens: int = Field(32768, gt=0)
     sampling: SamplingParams = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=8192)
 
@@ -96,7 +159,12 @@ class Recipe(_Strict):
     # Literal special-token text in a record (a user typing <|im_end|>) forges turn boundaries; such
     # records are rejected (special_token_text) unless this is true. See docs/security.md.
     allow_special_token_text: bool = False
+    # The highest acceptable share of samples per reject reason (validation/diagnosis.py), over today's
+    # defaults; `--max-rate` and the trigger form override them. For example {prompt_echo: 0.05}.
+    max_rates: dict[str, float] = Field(default_factory=dict)
     defaults: Defaults = Defaults()
+    decontamination: Decontamination | None = None
+    near_duplicates: NearDuplicates | None = None  # off unless given ({} for the defaults)
     categories: dict[str, CategorySpec] = Field(min_length=1)
     base_dir: Path | None = Field(None, exclude=True)
 
@@ -108,11 +176,28 @@ class Recipe(_Strict):
                 raise ValueError(f"category name {name!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
         return value
 
+    @field_validator("max_rates")
+    @classmethod
+    def _known_reasons(cls, value: dict[str, float]) -> dict[str, float]:
+        from eagle_datagen.validation.diagnosis import parse_rates
+
+        try:
+            return parse_rates(value, "max_rates")
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("max_rates: ")) from None
+
     def sampling_for(self, category: str) -> SamplingParams:
         return self.defaults.sampling.merged(self.categories[category].sampling)
 
     def samples_per_prompt_for(self, category: str) -> int:
         return self.categories[category].samples_per_prompt or self.defaults.samples_per_prompt
+
+    def turns_for(self, category: str) -> str:
+        return self.categories[category].turns or self.defaults.turns
+
+    def max_tool_steps_for(self, category: str) -> int:
+        spec = self.categories[category].max_tool_steps
+        return self.defaults.max_tool_steps if spec is None else spec
 
     def max_prompt_tokens_for(self, category: str) -> int:
         return self.categories[category].max_prompt_tokens or self.defaults.max_prompt_tokens

@@ -5,10 +5,21 @@ benchmarks use this one. It keeps every fact the pipeline relies on:
 - the 256 byte-level tokens at ids 0-255 in GPT-2 byte order (so " 2+2?" is 220, 17, 10, 17, 30);
 - Kimi's pre-tokenizer split pattern and a small byte-level BPE learned from `corpus.txt`;
 - the plain word `assistant` at id 69702;
-- the 256 special and reserved ids at their real positions (163584-163839), think and tool-call tokens
-  as added but not "special" tokens, as in the real tokenizer;
-- a K2.5-style chat template (`kimi_k25_chat_template.jinja`) whose generation prompt ends in `<think>`.
+- the 256 + 2 = 258 special and reserved ids at their real positions (163584-163841), named as
+  `tokenization_kimi.py` names them (the known ones by name, the rest `<|reserved_token_<id>|>`), think and
+  tool-call tokens as added but not "special" tokens, as in the real tokenizer. Like the real one it thus has
+  163,842 ids for a model whose vocab_size is 163,840: ids 163840 and 163841 exist only in the tokenizer;
+- a K2.5-style chat template (`kimi_k25_chat_template.jinja`) whose generation prompt ends in `<think>`, and
+  which declares the tools with their keys sorted at every depth, as the real `apply_chat_template` does
+  (it deep-sorts the tool schemas before rendering).
 Ids between the learned BPE tokens and 163584 are left unused, as a smaller vocabulary would.
+
+What is not faithful (the stand-in is a plain `tokenizer.json` + `tokenizer_config.json`, loadable without
+remote code): the real tokenizer is tiktoken-based remote code whose `apply_chat_template` defaults to
+`tokenize=False, add_generation_prompt=True` and hands the template a TypeScript-style rendering of the tools
+(`tools_ts_str`); the stand-in has transformers' defaults (`tokenize=True, add_generation_prompt=False`) and
+declares tools as compact JSON. The pipeline passes both arguments on every call, so either default gives the
+same prompt (tests/tokenization/test_template_defaults.py). Its BPE is not Kimi's either.
 
 The build is deterministic and cached under a folder keyed by a fingerprint of its inputs.
 """
@@ -27,11 +38,13 @@ from pathlib import Path
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 # Bump when the builder changes in a way that changes its output.
-BUILD_VERSION = "1"
+BUILD_VERSION = "2"  # 2: 258 special ids up to 163841, real reserved names, deep-sorted tools
 STANDIN_NAME = "kimi-k2.5"
 
 BPE_RANKS = 163584  # the real tokenizer's tiktoken ranks; special ids start here
-VOCAB_SIZE = 163840
+RESERVED_SPECIAL_IDS = 256 + 2  # tokenization_kimi.py: num_reserved_special_tokens + 2
+TOKENIZER_SIZE = BPE_RANKS + RESERVED_SPECIAL_IDS  # 163842 ids in the tokenizer
+MODEL_VOCAB_SIZE = 163840  # rows of the model's embedding: the last two tokenizer ids are beyond it
 ASSISTANT_ID = 69702
 LEARNED_VOCAB_TARGET = 6000
 
@@ -57,6 +70,9 @@ NAMED_TOKENS: dict[int, tuple[str, bool]] = {
     163586: ("<|im_end|>", True),
     163587: ("<|im_user|>", True),
     163588: ("<|im_assistant|>", True),
+    163590: ("<|start_header_id|>", True),
+    163591: ("<|end_header_id|>", True),
+    163593: ("[EOT]", True),
     163594: ("<|im_system|>", True),
     163595: ("<|tool_calls_section_begin|>", False),
     163596: ("<|tool_calls_section_end|>", False),
@@ -89,10 +105,11 @@ def gpt2_byte_to_char() -> dict[int, str]:
 
 
 def special_token_table() -> list[tuple[int, str, bool]]:
-    """All 256 ids from 163584 up, with names for the known ones and reserved names for the rest."""
+    """All 258 ids from 163584 up, with names for the known ones and, as tokenization_kimi.py names them,
+    `<|reserved_token_<id>|>` for the rest."""
     table = []
-    for token_id in range(BPE_RANKS, VOCAB_SIZE):
-        text, special = NAMED_TOKENS.get(token_id, (f"<|reserved_token_{token_id - BPE_RANKS}|>", True))
+    for token_id in range(BPE_RANKS, TOKENIZER_SIZE):
+        text, special = NAMED_TOKENS.get(token_id, (f"<|reserved_token_{token_id}|>", True))
         table.append((token_id, text, special))
     return table
 
@@ -197,7 +214,8 @@ def build_standin_kimi_tokenizer(output_dir: str | Path) -> Path:
     tokenizer.save_pretrained(str(output_dir))
     (output_dir / "STANDIN.md").write_text(
         "Stand-in for the Kimi-K2.5 tokenizer built by eagle-datagen (eagle_datagen.standin). "
-        "Not the real tokenizer: special ids and the chat template shape match, the BPE does not.\n",
+        "Not the real tokenizer: special ids (258, up to 163841) and the chat template shape match, the BPE "
+        "and the tool declaration format (JSON, not TypeScript) do not.\n",
         encoding="utf-8",
     )
     return output_dir

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from eagle_datagen.stats.draft_vocab import DraftVocab
+from eagle_datagen.stats.endpoint_table import endpoint_table
+from eagle_datagen.stats.prompt_rejects import prompt_rejects_table
 from eagle_datagen.stats.statistics import ALL, LENGTH_KINDS, token_frequency_summary
 
 SUMMARY_SCHEMA = "eagle-datagen/report-summary/v1"
@@ -66,6 +68,13 @@ def _int(value: Any) -> str:
 
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "–"
+
+
+def _cache_share(group: dict[str, Any]) -> str:
+    """The share of prompt tokens served from the prefix cache ("–" when no sample reported it)."""
+    cache = group.get("prompt_cache") or {}  # statistics written before the field existed have none
+    share = cache.get("cached_share")
+    return "–" if share is None else f"{100 * share:.1f}%"
 
 
 def _reasons(counts: dict[str, int]) -> str:
@@ -244,7 +253,8 @@ def _overview_table(stats: dict[str, Any]) -> str:
         "<thead><tr><th>category</th><th class='n'>samples</th><th class='n'>valid</th><th class='n'>quarantined</th>"
         "<th>reject reasons</th><th>finish reasons</th><th class='n'>no think end</th>"
         "<th class='n'>prompt p50</th><th class='n'>reasoning p50</th><th class='n'>answer p50</th>"
-        "<th class='n'>output p50 / p99</th><th class='n'>trained tokens</th></tr></thead>"
+        "<th class='n'>output p50 / p99</th><th class='n'>trained tokens</th>"
+        "<th class='n'>cached prompt tokens</th></tr></thead>"
     )
     rows = []
     for name, group, css in [*((n, g, "") for n, g in _groups(stats)), (ALL, stats[ALL], "total")]:
@@ -257,7 +267,8 @@ def _overview_table(stats: dict[str, Any]) -> str:
             f"<td class='n'>{_int(group['without_think_end'])}</td>"
             + "".join(f"<td class='n'>{_int(lengths[k]['p50'])}</td>" for k in PLOTTED_LENGTHS)
             + f"<td class='n'>{_int(lengths['output']['p50'])} / {_int(lengths['output']['p99'])}</td>"
-            f"<td class='n'>{_int(group['tokens']['output'])}</td></tr>"
+            f"<td class='n'>{_int(group['tokens']['output'])}</td>"
+            f"<td class='n'>{_cache_share(group)}</td></tr>"
         )
     return f"<div class='scroll'><table>{head}<tbody>{''.join(rows)}</tbody></table></div>"
 
@@ -284,7 +295,8 @@ def _category_card(name: str, group: dict[str, Any]) -> str:
         f"<div class='card'><h3>{_e(name)}</h3>"
         f"<p>{_int(group['samples'])} samples: {_int(group['valid'])} valid, "
         f"<span{css}>{_int(quarantined)} quarantined ({_pct(quarantined, group['samples'])})</span>; "
-        f"{_int(group['without_think_end'])} valid without think end</p>"
+        f"{_int(group['without_think_end'])} valid without think end; "
+        f"{_cache_share(group)} of prompt tokens cached</p>"
         f"<p><b>reject reasons:</b> {_reasons(group['reject_reasons']).replace('<br>', ', ')}</p>"
         f"<p><b>finish reasons:</b> {_reasons(group['finish_reasons']).replace('<br>', ', ')}</p>"
         f"{_lengths_table(group)}</div>"
@@ -300,8 +312,36 @@ def _coverage_table(summary: dict[str, Any]) -> str:
     return f"<table>{head}<tbody>{row}</tbody></table><p class='muted'>{_e(notes)}</p>"
 
 
-def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, meta: dict[str, Any]) -> str:
-    """A self-contained HTML page of a run's statistics (and token frequencies when `counts` is given)."""
+def _conversations_section(stats: dict[str, Any]) -> list[str]:
+    """Multi-turn runs only: steps, trajectory ends and prompt drift by step kind (stats/conversations.py)."""
+    multi = stats.get("conversations")
+    if not multi:
+        return []
+    drift_rows = "".join(
+        f"<tr><td>{_e(kind)}</td><td>{_reasons(counts)}</td></tr>" for kind, counts in multi["prompt_drift"].items()
+    )
+    return [
+        "<h2>Conversations</h2>",
+        f"<p>{_int(multi['conversations'])} conversations in {_int(sum(multi['steps'].values()))} steps "
+        f"({_reasons(multi['steps'])}); trajectory ends: {_reasons(multi['trajectory_end'])}.</p>",
+        "<div class='scroll'><table><thead><tr><th>step kind</th><th>prompt drift (re-rendered prompt vs the "
+        f"parent's prompt + output)</th></tr></thead><tbody>{drift_rows}</tbody></table></div>",
+        "<p class='muted'>none: the prompt extends the parent's ids token for token (what a tool loop must "
+        "give); reasoning_dropped: the template rendered the parent's turn with an empty think block (K2.5 does "
+        "so for turns before the last plain answer); reencoded: decoded text re-encoded to other ids; "
+        "history_changed: the parent's prompt is no longer a prefix.</p>",
+    ]
+
+
+def render_report(
+    stats: dict[str, Any],
+    counts: np.ndarray | None,
+    title: str,
+    meta: dict[str, Any],
+    endpoints: dict[str, Any] | None = None,
+) -> str:
+    """A self-contained HTML page of a run's statistics (and token frequencies when `counts` is given; the
+    per-endpoint table when `endpoints`, an endpoint_journal.endpoint_report, is given)."""
     from matplotlib import rc_context
 
     everything = stats[ALL]
@@ -318,6 +358,7 @@ def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, 
         ("quarantined", f"{_int(quarantined)} ({_pct(quarantined, everything['samples'])})"),
         ("categories", _int(len(stats.get("categories", {})))),
         ("trained tokens", _int(everything["tokens"]["output"])),
+        ("prompt tokens cached", _cache_share(everything)),
     ]
     if token_summary:
         kpis.append(("distinct tokens", _int(token_summary["distinct_tokens"])))
@@ -338,7 +379,8 @@ def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, 
         f"<p class='muted'>Lengths and token counts cover {_e(stats.get('lengths_cover', ''))}. "
         f"Think end is id {_e(profile.get('think_end_id'))}, "
         f"EOS is id {_e(profile.get('eos_id'))}; reasoning is what precedes the first think end, the answer what "
-        "follows it up to the final EOS.</p>",
+        "follows it up to the final EOS. Cached prompt tokens: the share of prompt tokens the server "
+        "found in its prefix cache (meta_info.cached_tokens), over every sample that reported it.</p>",
         "<h2>Length distributions</h2>",
         _figure(
             length_png,
@@ -366,7 +408,14 @@ def render_report(stats: dict[str, Any], counts: np.ndarray | None, title: str, 
         ]
     else:
         parts.append("<p class='muted'>No token counts were given.</p>")
+    parts += _conversations_section(stats)
+    if endpoints is not None:
+        parts += ["<h2>Endpoints</h2>", endpoint_table(endpoints)]
     parts += [
+        "<h2>Prompt rejects by source</h2>",
+        prompt_rejects_table(stats.get("prompt_rejects")),
+        "<p class='muted'>Prompt records left out before generation: broken records (read, validate, tokenize) "
+        "and, with reason benchmark_overlap or near_duplicate, good ones the recipe filters out.</p>",
         "<h2>Categories</h2>",
         "<div class='cards'>" + "".join(_category_card(n, g) for n, g in _groups(stats)) + "</div>",
         "</main></body></html>",
@@ -384,6 +433,7 @@ def _compact(group: dict[str, Any]) -> dict[str, Any]:
         "without_think_end": group["without_think_end"],
         "tokens": group["tokens"],
         "lengths": {k: {f: v for f, v in d.items() if f != "histogram"} for k, d in group["lengths"].items()},
+        "prompt_cache": group.get("prompt_cache"),
     }
 
 
@@ -395,6 +445,7 @@ def report_summary(stats: dict[str, Any], counts: np.ndarray | None, draft: Draf
         "profile": stats.get("profile"),
         **_compact(stats[ALL]),
         "categories": {name: _compact(group) for name, group in _groups(stats)},
+        "prompt_rejects": stats.get("prompt_rejects"),
         "token_frequency": token_frequency_summary(counts) if counts is not None else None,
         "draft_vocab": None
         if draft is None

@@ -11,6 +11,10 @@ Length definitions (per valid sample, `output_ids` as the model produced them):
 - answer: tokens after that think_end, up to but excluding a final EOS (same samples as reasoning).
 Percentiles use the inverted-CDF definition: p90 is the smallest observed length that at least 90% of the
 samples do not exceed, so it is always a length that occurred.
+
+Prompt cache: `prompt_cache` is the share of prompt tokens the server found in its prefix cache (sum of
+`cached_tokens` / sum of `prompt_tokens`) over every sample, valid or quarantined, whose server reported
+`cached_tokens` (null: not reported, e.g. a failed request or a shard older than the column).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eagle_datagen.profile import ModelProfile
+from eagle_datagen.stats.conversations import ConversationCounts
 
 STATS_SCHEMA = "eagle-datagen/stats/v1"
 ALL = "all"
@@ -225,6 +230,31 @@ def _reasoning_and_answer(column: pa.ChunkedArray, think_end: int, eos: int) -> 
     return np.concatenate(parts_r), np.concatenate(parts_a)
 
 
+def _cache_counts(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Rows that report cached_tokens: (row mask, cached tokens, prompt tokens); None without the column."""
+    if "cached_tokens" not in table.column_names:
+        return None
+    cached = table["cached_tokens"]
+    reported = cached.is_valid().to_numpy(zero_copy_only=False) if len(cached) else np.zeros(0, bool)
+    values = pc.fill_null(cached, 0).to_numpy().astype(np.int64) if len(cached) else np.zeros(0, np.int64)
+    if "prompt_tokens" in table.column_names:
+        prompt = pc.fill_null(table["prompt_tokens"], 0).to_numpy().astype(np.int64)
+    elif "prompt_ids" in table.column_names:
+        prompt = _list_lengths(table["prompt_ids"])
+    else:
+        return None
+    return reported, values[reported], prompt[reported]
+
+
+def _prompt_cache(samples: int, cached: int, prompt: int) -> dict[str, Any]:
+    return {
+        "samples_reporting": samples,
+        "cached_tokens": cached,
+        "prompt_tokens": prompt,
+        "cached_share": round(cached / prompt, 6) if prompt else None,
+    }
+
+
 def _require(table: pa.Table, columns: tuple[str, ...], kind: str) -> None:
     missing = [c for c in columns if c not in table.column_names]
     if missing:
@@ -250,6 +280,21 @@ def compute_statistics(
     finish_counts: Counter[tuple[str, int, int]] = Counter()  # (outcome, category, finish) -> n
     reject_counts: Counter[tuple[int, int]] = Counter()  # (category, reason) -> n
     quarantined: Counter[int] = Counter()
+    cache: dict[int, list[int]] = {}  # category -> [samples reporting, cached tokens, prompt tokens]
+
+    def count_cache(cat: np.ndarray, table: pa.Table) -> None:
+        found = _cache_counts(table)
+        if found is None:
+            return
+        reported, cached, prompt = found
+        for c in np.unique(cat[reported]):
+            rows = cat[reported] == c
+            entry = cache.setdefault(int(c), [0, 0, 0])
+            entry[0] += int(rows.sum())
+            entry[1] += int(cached[rows].sum())
+            entry[2] += int(prompt[rows].sum())
+
+    conversations = ConversationCounts()
 
     def count_pairs(cat: np.ndarray, other: np.ndarray) -> Counter[tuple[int, int]]:
         keys, n = np.unique(cat.astype(np.int64) << 32 | other.astype(np.int64), return_counts=True)
@@ -259,6 +304,7 @@ def compute_statistics(
         _require(table, DATA_COLUMNS, "data")
         if table.num_rows == 0:
             continue
+        conversations.add(table)
         cat = categories.encode(table["category"])
         for (c, f), n in count_pairs(cat, finishes.encode(table["finish_reason"])).items():
             finish_counts["data", c, f] += n
@@ -270,11 +316,13 @@ def compute_statistics(
         lengths["answer"].append(answer)
         if counter is not None:
             counter.add(table)
+        count_cache(cat, table)
 
     for table in quarantine:
         _require(table, QUARANTINE_COLUMNS, "quarantine")
         if table.num_rows == 0:
             continue
+        conversations.add(table)
         cat = categories.encode(table["category"])
         for (c, f), n in count_pairs(cat, finishes.encode(table["finish_reason"])).items():
             finish_counts["quarantine", c, f] += n
@@ -285,6 +333,7 @@ def compute_statistics(
         reject_counts.update(count_pairs(cat, reasons))
         for c, n in zip(*np.unique(cat, return_counts=True), strict=True):
             quarantined[int(c)] += int(n)
+        count_cache(cat, table)
 
     cat_all = np.concatenate(data_cat) if data_cat else np.zeros(0, np.int32)
     merged = {kind: np.concatenate(parts) if parts else np.zeros(0, np.int64) for kind, parts in lengths.items()}
@@ -310,6 +359,7 @@ def compute_statistics(
             dists[kind] = distribution(values)
             tokens[kind] = int(values.sum())
         without_think_end = valid - dists["reasoning"]["count"]
+        cache_totals = [sum(cache.get(c, [0, 0, 0])[i] for c in selected) for i in range(3)]
         return {
             "samples": valid + n_quarantined,
             "valid": valid,
@@ -320,10 +370,12 @@ def compute_statistics(
             "without_think_end": without_think_end,
             "tokens": tokens,
             "lengths": dists,
+            "prompt_cache": _prompt_cache(*cache_totals),
         }
 
     names = categories.names()
-    return {
+    multi_turn = conversations.to_json()
+    return ({"conversations": multi_turn} if multi_turn else {}) | {
         "schema": STATS_SCHEMA,
         "profile": {
             "name": profile.name,

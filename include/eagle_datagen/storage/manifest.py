@@ -69,6 +69,7 @@ class Manifest:
     counts: dict[str, Any]
     files: list[ManifestFile] = field(default_factory=list)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    validation: dict[str, Any] = field(default_factory=dict)  # the thresholds and breaker settings used
 
     @property
     def weight_version(self) -> str | None:
@@ -86,6 +87,7 @@ class Manifest:
             "provenance": self.provenance,
             "sampling": self.sampling,
             "counts": self.counts,
+            "validation": self.validation,
             "files": [f.to_json() for f in self.files],
         }
 

@@ -60,7 +60,19 @@ _SAMPLE_FIELDS = [
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("weight_version", pa.string()),
 ]
-SAMPLE_SCHEMA = _schema(_SAMPLE_FIELDS)
+# Columns added to contract v1 after its first release (additive: the last ones of both schemas, so every
+# earlier column keeps its position). A shard written before them decodes with them null.
+_ADDED_FIELDS = [
+    pa.field("cached_tokens", pa.int32()),  # prompt tokens the server had in its prefix cache; null: not reported
+    # turns: each (docs/multi-turn.md); null for single-turn samples
+    pa.field("conversation_id", pa.string()),  # stable: from the prompt id and the sample index
+    pa.field("turn_index", pa.int32()),  # 0-based generation step within the conversation
+    pa.field("parent_sample_id", pa.string()),  # the step this one continues; null for the first
+    pa.field("step_kind", pa.string()),  # user_turn | tool_result
+    pa.field("trajectory_end", pa.string()),  # on the conversation's last step: why it stopped
+    pa.field("prompt_drift", pa.string()),  # this prompt vs the parent's prompt_ids + output_ids
+]
+SAMPLE_SCHEMA = _schema(_SAMPLE_FIELDS + _ADDED_FIELDS)
 QUARANTINE_SCHEMA = _schema(
     _SAMPLE_FIELDS
     + [
@@ -69,7 +81,10 @@ QUARANTINE_SCHEMA = _schema(
         pa.field("finish_detail", pa.string()),  # JSON text: SGLang's finish_reason object
         pa.field("error", pa.string()),  # why the request failed, for samples that never got an answer
     ]
+    + _ADDED_FIELDS
 )
+
+ADDED_COLUMNS = frozenset(f.name for f in _ADDED_FIELDS)
 
 # columns whose values may be given as a mapping and are stored as JSON text (sorted keys)
 JSON_COLUMNS = frozenset({"sampling", "finish_detail"})
@@ -173,5 +188,20 @@ def decode_shard(data: bytes) -> pa.Table:
         raise ValueError(
             f"not a data contract v{CONTRACT_VERSION} shard: schema metadata {CONTRACT_KEY!r} is {version!r}"
         )
+    table = _with_added_columns(table)
     # Parquet names list values "element"; the cast gives back Arrow's "item" of the schema (no copy)
     return table.cast(_contract_schema(table.schema))
+
+
+def _with_added_columns(table: pa.Table) -> pa.Table:
+    """A shard written before some of ADDED_COLUMNS existed, with them as nulls (the contract stays v1)."""
+    names = set(table.column_names)
+    for schema in (SAMPLE_SCHEMA, QUARANTINE_SCHEMA):
+        missing = [f for f in schema if f.name not in names]
+        if not missing or not {f.name for f in missing} <= ADDED_COLUMNS or names - set(schema.names):
+            continue
+        columns = [
+            table.column(f.name).cast(f.type) if f.name in names else pa.nulls(table.num_rows, f.type) for f in schema
+        ]
+        return pa.Table.from_arrays(columns, schema=schema)
+    return table

@@ -3,6 +3,11 @@
 A tokenizer that disagrees with the profile (a special token at another id, a chat template that does
 not end the prompt in `<think>`) would silently produce wrong training data, so it stops the run here
 with one line that names the mismatch.
+
+A tokenizer may have more ids than the model's `vocab_size`: Kimi-K2.5's has 163,842 (its last two are
+reserved tokens) for a model with 163,840 embedding rows. Such a tokenizer is accepted (the log says how
+many ids lie beyond the model's vocabulary), and a prompt that would hold one of them is rejected at
+tokenize time as `id_beyond_model_vocab` (tokenize.py): SGLang's scheduler dies on such an id.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class LoadedTokenizer:
     path: str  # where it was loaded from
     chat_template_sha256: str
     tokenizer_sha256: str | None  # over the tokenizer files, when they are local
+    ids_beyond_vocab: int = 0  # tokenizer ids at or above the profile's vocab_size (never sent)
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -102,8 +108,19 @@ def _auto_tokenizer(path: str, trust_remote_code: bool) -> Any:
         ) from None
 
 
-def check_tokenizer(tokenizer: Any, profile: ModelProfile, where: str) -> None:
-    """Stop unless the tokenizer's ids and chat template agree with the profile."""
+def ids_beyond_vocab(tokenizer: Any, vocab_size: int) -> dict[int, str]:
+    """The tokenizer's ids at or above `vocab_size`, with their token text: ids the model cannot read."""
+    return {i: text for text, i in tokenizer.get_vocab().items() if i >= vocab_size}
+
+
+def _describe_ids(ids: dict[int, str]) -> str:
+    shown = ", ".join(f"{i} {text!r}" for i, text in sorted(ids.items())[:4])
+    return shown + (f", ... ({len(ids) - 4} more)" if len(ids) > 4 else "")
+
+
+def check_tokenizer(tokenizer: Any, profile: ModelProfile, where: str) -> dict[int, str]:
+    """Stop unless the tokenizer's ids and chat template agree with the profile. Returns the ids beyond the
+    model's vocabulary (accepted: prompts holding one are rejected when tokenized)."""
     for name, fact in profile.tokens.items():
         actual = tokenizer.convert_tokens_to_ids(fact.text)
         if actual != fact.id:
@@ -111,11 +128,7 @@ def check_tokenizer(tokenizer: Any, profile: ModelProfile, where: str) -> None:
                 f"tokenizer {where} does not match profile {profile.name}: {fact.text!r} ({name}) is id {actual}, "
                 f"expected {fact.id} (wrong --tokenizer or --profile?)"
             )
-    largest = max(tokenizer.get_vocab().values())
-    if largest >= profile.vocab_size:
-        raise ConfigError(
-            f"tokenizer {where} has id {largest}, beyond profile {profile.name}'s vocab_size {profile.vocab_size}"
-        )
+    beyond = ids_beyond_vocab(tokenizer, profile.vocab_size)
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(
             f"tokenizer {where} has no chat template: use the model's own tokenizer directory "
@@ -134,12 +147,16 @@ def check_tokenizer(tokenizer: Any, profile: ModelProfile, where: str) -> None:
             f"the chat template of {where} does not end the prompt in {profile.describe_suffix()} but in "
             f"{tail} {ids[-len(suffix) :]}: use the {profile.model} chat template, or a profile that fits this model"
         )
+    return beyond
 
 
-def load_tokenizer(spec: str, profile: ModelProfile, trust_remote_code: bool = False) -> LoadedTokenizer:
+def load_tokenizer(
+    spec: str, profile: ModelProfile, trust_remote_code: bool = False, announce: bool = True
+) -> LoadedTokenizer:
+    """Load and check the tokenizer; `announce=False` (worker processes) keeps the log to the parent's lines."""
     path = resolve_tokenizer_path(spec)
     tokenizer = _auto_tokenizer(path, trust_remote_code)
-    check_tokenizer(tokenizer, profile, spec)
+    beyond = check_tokenizer(tokenizer, profile, spec)
     local = Path(path).expanduser()
     loaded = LoadedTokenizer(
         tokenizer=tokenizer,
@@ -148,7 +165,20 @@ def load_tokenizer(spec: str, profile: ModelProfile, trust_remote_code: bool = F
         path=str(local.resolve()) if local.is_dir() else path,
         chat_template_sha256=template_sha256(tokenizer.chat_template),
         tokenizer_sha256=_hash_files(local) if local.is_dir() else None,
+        ids_beyond_vocab=len(beyond),
     )
+    if not announce:
+        return loaded
+    if beyond:  # normal for Kimi-K2.5 (two reserved ids): said once, at INFO, nothing to fix
+        log.info(
+            "tokenizer %s has %d id(s) beyond %s's vocabulary of %d (%s): the model can neither read nor emit "
+            "them, so a prompt that holds one is rejected as id_beyond_model_vocab",
+            spec,
+            len(beyond),
+            profile.model,
+            profile.vocab_size,
+            _describe_ids(beyond),
+        )
     log.info(
         "tokenizer %s matches profile %s (chat template sha256 %s)",
         spec,

@@ -6,7 +6,9 @@ tokenize=False)` (tools differ per prompt) and a batch of rendered prompts is en
 lets the Rust tokenizer encode the whole batch at once. Large inputs are split over worker processes.
 A record whose strings would put special ids into the prompt that the template did not place (literal
 `<|im_end|>` typed by a user) is rejected as `special_token_text` unless the run allows it
-(special_tokens.py).
+(special_tokens.py). A prompt holding an id at or above the model's `vocab_size` (a tokenizer larger than
+the model, as Kimi-K2.5's is: loader.py) is rejected as `id_beyond_model_vocab`: it must never reach a
+server, whose scheduler dies on it.
 """
 
 from __future__ import annotations
@@ -57,6 +59,15 @@ def _reject(record: PromptRecord, reason: str, detail: str) -> Reject:
 
 def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
     return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+
+
+def _beyond_vocab_detail(tokenizer: Any, profile: ModelProfile, ids: list[int]) -> str:
+    position, bad = next((i, t) for i, t in enumerate(ids) if t >= profile.vocab_size)
+    text = tokenizer.convert_ids_to_tokens(bad)
+    return (
+        f"the rendered prompt holds id {bad} ({text!r}) at position {position}, beyond {profile.model}'s vocabulary "
+        f"of {profile.vocab_size:,} ids: the model cannot read it (and SGLang would fail on it)"
+    )
 
 
 def tokenize_batch(
@@ -112,7 +123,9 @@ def tokenize_batch(
                     )
                 )
                 continue
-        if tuple(ids[-len(suffix) :]) != suffix:
+        if ids and max(ids) >= profile.vocab_size:
+            rejects.append(_reject(record, "id_beyond_model_vocab", _beyond_vocab_detail(tokenizer, profile, ids)))
+        elif tuple(ids[-len(suffix) :]) != suffix:
             rejects.append(
                 _reject(
                     record, "prompt_suffix_mismatch", f"the rendered prompt does not end in {profile.describe_suffix()}"
@@ -145,7 +158,7 @@ def _init_worker(
     if _worker is None:
         from eagle_datagen.tokenization.loader import load_tokenizer
 
-        tokenizer = load_tokenizer(spec, profile, trust_remote_code).tokenizer
+        tokenizer = load_tokenizer(spec, profile, trust_remote_code, announce=False).tokenizer
         _worker = (tokenizer, profile, limits, SpecialTokenGuard.of(tokenizer, profile) if guarded else None)
 
 

@@ -9,7 +9,8 @@ an SGLang version with the echo bug). `diagnose` compares each reason's rate wit
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.profile import ModelProfile
@@ -61,6 +62,27 @@ class DiagnosisThresholds:
     def rate(self, reason: str) -> float | None:
         """The threshold of a reason code, or None for a code without one."""
         return getattr(self, reason) if reason in REASONS else None
+
+    def with_rates(self, rates: Mapping[str, float] | None) -> DiagnosisThresholds:
+        """These thresholds with the user's rates per reason (`--max-rate`, a recipe's `max_rates`, the form)."""
+        return replace(self, **parse_rates(rates or {})) if rates else self
+
+    def rates(self) -> dict[str, float]:
+        """The threshold of every reason code (what a manifest records and the trigger form shows)."""
+        return {k: v for k, v in asdict(self).items() if k in REASONS}
+
+
+def parse_rates(rates: Mapping[str, Any], where: str = "max rate") -> dict[str, float]:
+    """Checked `{reason: rate}`; one ConfigError that names the bad entry and the known reasons. One check
+    for every place a user sets them (command line, recipe, trigger form)."""
+    checked = {}
+    for reason, rate in rates.items():
+        if reason not in REASONS:
+            raise ConfigError(f"{where}: unknown reason {reason!r}; known reasons: {', '.join(REASONS)}")
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
+            raise ConfigError(f"{where}: the rate of {reason} must be a number between 0 and 1, not {rate!r}")
+        checked[reason] = float(rate)
+    return checked
 
 
 def _tok(profile: ModelProfile | None, name: str, fallback: str) -> str:
@@ -158,6 +180,11 @@ _MESSAGES: dict[str, Callable[[ModelProfile | None], tuple[str, str]]] = {
         f"the model degenerates: {_sampling(p)}",
     ),
 }
+
+
+def explain(reason: str, profile: ModelProfile | None = None) -> tuple[str, str]:
+    """(what the samples show, the likely cause and its fix) of a reason code."""
+    return _MESSAGES[reason](profile)
 
 
 def _percent(count: int, total: int) -> str:

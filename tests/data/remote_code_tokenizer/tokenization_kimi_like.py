@@ -1,9 +1,11 @@
 """A tokenizer with its own Python code, shaped like Kimi-K2.5's `tokenization_kimi.py`, for tests.
 
 Like the real one it is a slow `PreTrainedTokenizer` loaded with `trust_remote_code`, whose own encoder turns
-the text of a special token into its id wherever it occurs (tiktoken's `allowed_special="all"`), and which
-keeps its specials in a `special_tokens` mapping. Ordinary text goes through the stand-in's byte-level BPE
-(`tokenizer.json` beside this file) instead of tiktoken, which the test environment does not install.
+the text of a special token into its id wherever it occurs (tiktoken's `allowed_special="all"`), which
+keeps its specials in a `special_tokens` mapping, and whose `apply_chat_template` has the real one's defaults
+(`tokenize=False, add_generation_prompt=True`) and deep-sorts the tool schemas before rendering. Ordinary
+text goes through the stand-in's byte-level BPE (`tokenizer.json` beside this file) instead of tiktoken,
+which the test environment does not install.
 
 Importing this module writes the file named by `KIMI_LIKE_IMPORTED` (when set): the tests use it to prove
 that the code never runs without the opt-in.
@@ -66,8 +68,25 @@ class KimiLikeTokenizer(PreTrainedTokenizer):
         ids = [self._convert_token_to_id(t) for t in tokens]
         return self._bpe.decode(ids, skip_special_tokens=False)
 
+    def apply_chat_template(self, conversation, tools=None, tokenize=False, add_generation_prompt=True, **kwargs):
+        return super().apply_chat_template(
+            conversation,
+            tools=deep_sort_dict(tools),
+            tokenize=tokenize,
+            add_generation_prompt=add_generation_prompt,
+            **kwargs,
+        )
+
     def save_vocabulary(self, save_directory, filename_prefix=None):
         target = Path(save_directory) / ((filename_prefix + "-" if filename_prefix else "") + "tokenizer.json")
         if Path(self.vocab_file).resolve() != target.resolve():
             target.write_bytes(Path(self.vocab_file).read_bytes())
         return (str(target),)
+
+
+def deep_sort_dict(obj):
+    if isinstance(obj, dict):
+        return {k: deep_sort_dict(v) for k, v in sorted(obj.items())}
+    if isinstance(obj, list):
+        return [deep_sort_dict(item) for item in obj]
+    return obj

@@ -83,6 +83,7 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "stream_interval": cfg.stream_interval,
         "enable_metrics": True,
         "weight_version": cfg.weight_version,
+        "enable_deterministic_inference": cfg.enable_deterministic_inference,
         "max_req_input_len": cfg.context_length - 1,
         "internal_states": [{"last_gen_throughput": 0.0}],
         "version": cfg.version,

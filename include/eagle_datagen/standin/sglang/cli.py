@@ -25,6 +25,8 @@ FAULT_FLAGS = {
     "no_think_end": "leave </think> out of the output",
     "echo": "the SGLang 0.5.0-0.5.4 bug: output_ids start with 1-5 ids copied from the prompt's end",
     "strip_think": "remove <think>/</think> from output_ids, as a misconfigured reasoning parser would",
+    "prompt_tokens": "report a prompt_tokens that disagrees with the ids sent, as a server or proxy that "
+    "re-tokenized the prompt with another tokenizer would",
 }
 
 
@@ -91,6 +93,12 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help="tokenizer directory (or standin:kimi-k2.5) to decode `text` with; without it `text` is empty",
     )
     model.add_argument(
+        "--tool-calls",
+        action="store_true",
+        help="with --tokenizer-path: answer prompts that declare tools with Kimi-format tool calls, one "
+        "declared tool after the other, then a plain answer (tool_calls.py)",
+    )
+    model.add_argument(
         "--weight-version", default=d.weight_version, metavar="V", help="weight version to report (default: default)"
     )
     model.add_argument(
@@ -98,6 +106,12 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.version,
         metavar="V",
         help=f"SGLang version that /get_server_info reports (default: {d.version})",
+    )
+    model.add_argument(
+        "--enable-deterministic-inference",
+        action="store_true",
+        help="report enable_deterministic_inference true in /server_info, as SGLang started with this flag does "
+        "(outputs are deterministic from sampling_seed either way; real SGLang ignores the seed without it)",
     )
     model.add_argument(
         "--context-length",
@@ -187,8 +201,10 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     config = SimConfig(
         model_path=args.model_path,
         tokenizer_path=args.tokenizer_path,
+        tool_calls=args.tool_calls,
         weight_version=args.weight_version,
         version=args.version,
+        enable_deterministic_inference=args.enable_deterministic_inference,
         context_length=args.context_length,
         vocab_size=args.vocab_size,
         max_running_requests=args.max_running_requests,

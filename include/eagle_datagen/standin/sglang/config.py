@@ -24,6 +24,7 @@ class FaultRates:
     no_think_end: float = 0.0  # the output lacks </think>
     echo: float = 0.0  # SGLang 0.5.0-0.5.4: output_ids start with the prompt's last 1-5 ids
     strip_think: float = 0.0  # a misconfigured reasoning parser removed <think> and </think>
+    prompt_tokens: float = 0.0  # meta_info.prompt_tokens disagrees with the ids sent (another tokenizer's count)
 
     def __post_init__(self) -> None:
         for name, value in self.to_dict().items():
@@ -50,9 +51,13 @@ class SimConfig:
     # what the server reports about itself
     model_path: str = "moonshotai/Kimi-K2.5"
     tokenizer_path: str | None = None  # set: decode `text` with it (else `text` is ""); reported either way
+    tool_calls: bool = False  # with a tokenizer: answer prompts that declare tools with Kimi tool calls
     weight_version: str = "default"
     version: str = "0.5.9"  # the SGLang version /get_server_info reports
     tp_size: int = 8
+    # SGLang's --enable-deterministic-inference, as /server_info reports it: real SGLang honours sampling_seed
+    # only with it (the stand-in's outputs follow the seed either way)
+    enable_deterministic_inference: bool = False
     # the model's token facts
     context_length: int = 262144
     vocab_size: int = 163840

@@ -45,15 +45,18 @@ class ItemFaults:
     no_think_end: bool = False
     echo: int = 0  # how many prompt ids to copy in front of the output; 0: none
     strip_think: bool = False
+    prompt_tokens: bool = False
 
     def kinds(self) -> list[str]:
-        return [k for k in ("abort", "no_think_end", "echo", "strip_think") if getattr(self, k)]
+        return [k for k in ("abort", "no_think_end", "echo", "strip_think", "prompt_tokens") if getattr(self, k)]
 
 
 class FaultInjector:
     def __init__(self, rates: FaultRates, seed: int) -> None:
         self.rates = rates
         self._rng = random.Random(seed)
+        # Kinds added later draw from their own generator: the older kinds' draws stay as they were per seed.
+        self._later_rng = random.Random(seed + 1)
 
     def _draw(self, rate: float) -> bool:
         return self._rng.random() < rate  # drawn even at rate 0, to keep the sequence stable
@@ -72,7 +75,20 @@ class FaultInjector:
         r = self.rates
         abort, no_think_end, echo, strip = (self._draw(x) for x in (r.abort, r.no_think_end, r.echo, r.strip_think))
         echo_len = self._rng.randint(1, MAX_ECHO)
-        return ItemFaults(abort=abort, no_think_end=no_think_end, echo=echo_len if echo else 0, strip_think=strip)
+        prompt_tokens = self._later_rng.random() < r.prompt_tokens
+        return ItemFaults(
+            abort=abort,
+            no_think_end=no_think_end,
+            echo=echo_len if echo else 0,
+            strip_think=strip,
+            prompt_tokens=prompt_tokens,
+        )
+
+
+def reported_prompt_tokens(prompt_ids: list[int], faults: ItemFaults) -> int:
+    """prompt_tokens as the server reports it: with the prompt_tokens fault, the count another tokenizer
+    would give the prompt's text (a tenth more), as behind a proxy that re-tokenized it."""
+    return len(prompt_ids) + (max(1, len(prompt_ids) // 10) if faults.prompt_tokens else 0)
 
 
 def apply_output_faults(

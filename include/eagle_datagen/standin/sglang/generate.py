@@ -23,7 +23,9 @@ from eagle_datagen.standin.sglang.faults import (
     ROUTER_429_BODY,
     ItemFaults,
     apply_output_faults,
+    reported_prompt_tokens,
 )
+from eagle_datagen.standin.sglang.outputs import Generation
 from eagle_datagen.standin.sglang.protocol import (
     BadRequest,
     GenerateItem,
@@ -36,6 +38,7 @@ from eagle_datagen.standin.sglang.protocol import (
     response_object,
 )
 from eagle_datagen.standin.sglang.state import STATE_KEY, SimState
+from eagle_datagen.standin.sglang.tool_calls import tool_call_tail
 
 Emit = Callable[[GenerateItem, dict[str, Any]], Awaitable[None]]
 
@@ -170,7 +173,7 @@ async def run_item(
             output_ids=output_ids,
             rid=item.rid,
             finish_reason=finish,
-            prompt_tokens=len(item.prompt_ids),
+            prompt_tokens=reported_prompt_tokens(item.prompt_ids, faults),
             completion_tokens=completion_tokens,
             timing=timing,
             weight_version=cfg.weight_version,
@@ -188,6 +191,11 @@ async def run_item(
         ignore_eos=sampling.ignore_eos,
         think_end=not faults.no_think_end,
     )
+    if cfg.tool_calls and state.codec is not None and generation.finish_reason.get("type") == "stop":
+        tail = tool_call_tail(state.codec, item.prompt_ids, cfg.eos_id)
+        if tail is not None and cfg.think_end_id in generation.output_ids:
+            reasoning = generation.output_ids[: generation.output_ids.index(cfg.think_end_id) + 1]
+            generation = Generation(reasoning + tail, {"type": "stop", "matched": cfg.eos_id})
     think_ids = (cfg.think_start_id, cfg.think_end_id)
     output_ids, completion_tokens = apply_output_faults(generation.output_ids, item.prompt_ids, faults, think_ids)
     decoded = len(generation.output_ids)  # the tokens the model "ran" for, whatever the faults did

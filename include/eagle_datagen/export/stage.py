@@ -1,0 +1,267 @@
+"""`eagle-datagen export`: a published run or release, in the format a trainer reads.
+
+Shards are read one at a time (export/source.py), turned into training rows in bulk (export/rows.py) and
+handed to the format's writer (export/formats.py). With a shuffle seed the rows first go to a staging
+Arrow file beside the target, memory-mapped and read back in the order `speculators prepare-data --seed`
+gives them (HF `datasets.shuffle`, a numpy `default_rng(seed).permutation`, of the rows read, then of the
+rows kept), so that a speculators export is row for row what prepare-data writes from the JSONL export.
+The draft vocabulary is the run's or release's own, or, with `draft_vocab_size`, built from the
+supervised tokens of the exported rows (cut as exported), counted as the trainers count them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.export.formats import WRITERS, FormatWriter, JsonlWriter
+from eagle_datagen.export.metadata import TrainContext, readme_text, train_command, write_info
+from eagle_datagen.export.rows import RowCounts, SeqLimit, training_rows
+from eagle_datagen.export.source import ExportSource, open_release, open_run
+from eagle_datagen.profile import load_profile
+from eagle_datagen.stats.draft_vocab import DraftVocab, build_draft_vocab
+from eagle_datagen.stats.statistics import TokenCounter
+from eagle_datagen.storage.output_root import OutputRoot
+
+SHUFFLE_BATCH_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    format: str
+    to: str  # a file for jsonl (or - for stdout), a folder otherwise
+    run_id: str | None = None
+    release_id: str | None = None
+    categories: list[str] | None = None
+    limit: SeqLimit = field(default_factory=SeqLimit)
+    shuffle_seed: int | None = None
+    draft_vocab_size: int | None = None  # None: the run's or release's draft vocabulary
+    command: str = ""  # the command line, for the README
+    location: str | None = None  # where the trainer finds the export, when not at `to` (uploaded exports)
+
+
+@dataclass
+class ExportSummary:
+    format: str
+    to: str
+    rows: int
+    counts: dict[str, int]
+    files: list[str]
+    draft_vocab_k: int | None
+
+
+def open_source(root: OutputRoot, options: ExportOptions) -> ExportSource:
+    if (options.run_id is None) == (options.release_id is None):
+        raise ConfigError("export needs exactly one of --run-id and --release-id")
+    if options.run_id is not None:
+        return open_run(root, options.run_id, options.categories)
+    assert options.release_id is not None
+    return open_release(root, options.release_id, options.categories)
+
+
+def _prepare_target(options: ExportOptions, writer_cls: type[FormatWriter]) -> tuple[Path, Path]:
+    """(target, work): the export is written to `work` beside the target and renamed into place when it is
+    complete, so that a failed export leaves nothing that looks finished (a rerun clears its `work`)."""
+    target = Path(options.to)
+    if writer_cls.folder and target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ConfigError(f"{target} exists and is not an empty folder: export {options.format} to a new folder")
+    if options.to == "-":
+        return target, target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = target.with_name(f".{target.name}.partial")
+    if work.is_dir():
+        shutil.rmtree(work)
+    work.unlink(missing_ok=True)
+    if writer_cls.folder:
+        work.mkdir()
+    return target, work
+
+
+def _discard(work: Path, target: Path) -> None:
+    if work == target:
+        return
+    if work.is_dir():
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        work.unlink(missing_ok=True)
+
+
+def _commit(work: Path, target: Path) -> None:
+    if work == target:
+        return
+    if target.is_dir():  # an empty folder (checked before)
+        target.rmdir()
+    os.replace(work, target)
+
+
+def _row_tables(source: ExportSource, columns: list[str], limit: SeqLimit, counts: RowCounts) -> Iterator[pa.Table]:
+    for table in source.tables(columns):
+        rows = training_rows(table, limit, counts)
+        if rows.num_rows:
+            yield rows
+
+
+def shuffled_order(row_index: np.ndarray, rows_read: int, seed: int) -> np.ndarray:
+    """The order `speculators prepare-data --seed` gives kept rows: datasets' shuffle (a
+    `default_rng(seed).permutation`) of all rows read, rows dropped, then a shuffle of the kept rows."""
+    position = np.empty(rows_read, dtype=np.int64)
+    position[np.random.default_rng(seed).permutation(rows_read)] = np.arange(rows_read)
+    first = np.argsort(position[row_index], kind="stable")
+    return first[np.random.default_rng(seed).permutation(len(first))]
+
+
+def _shuffled(tables: Iterator[pa.Table], staging: Path, seed: int, counts: RowCounts) -> Iterator[pa.Table]:
+    """The rows of `tables` in the seed's order (shuffled_order), through a memory-mapped staging file."""
+    writer: pa.ipc.RecordBatchFileWriter | None = None
+    try:
+        with pa.OSFile(str(staging), "wb") as sink:
+            for table in tables:
+                if writer is None:
+                    writer = pa.ipc.new_file(sink, table.schema)
+                writer.write_table(table)
+            if writer is None:
+                return
+            writer.close()
+        with pa.memory_map(str(staging)) as source:
+            staged = pa.ipc.open_file(source).read_all()
+            order = shuffled_order(staged.column("row_index").to_numpy(), counts.rows_read, seed)
+            for start in range(0, len(order), SHUFFLE_BATCH_ROWS):
+                yield staged.take(pa.array(order[start : start + SHUFFLE_BATCH_ROWS]))
+            del staged
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+def _supervised_ids(rows: pa.Table) -> np.ndarray:
+    ids = rows.column("input_ids").combine_chunks().values.to_numpy()
+    mask = rows.column("loss_mask").combine_chunks().values.to_numpy()
+    return ids[mask == 1]
+
+
+def run_export(root: OutputRoot, options: ExportOptions) -> ExportSummary:
+    if options.format not in WRITERS:
+        raise ConfigError(f"unknown export format {options.format!r}: use one of {', '.join(WRITERS)}")
+    writer_cls = WRITERS[options.format]
+    source = open_source(root, options)
+    published = None if options.draft_vocab_size else source.published_draft_vocab()
+    if writer_cls.needs_vocab and options.draft_vocab_size is None and published is None:
+        raise ConfigError(
+            f"{source.kind} {source.id} has no draft vocabulary and {options.format} needs one (d2t/t2d): "
+            "pass --draft-vocab-size K to build it from the exported rows"
+        )
+    profile = load_profile(source.profile)
+    target, work = _prepare_target(options, writer_cls)
+    try:
+        summary = _write(options, source, writer_cls, published, profile.vocab_size, target, work)
+    except BaseException:
+        _discard(work, target)
+        raise
+    _commit(work, target)
+    return summary
+
+
+def _write(
+    options: ExportOptions,
+    source: ExportSource,
+    writer_cls: type[FormatWriter],
+    published: DraftVocab | None,
+    vocab_size: int,
+    target: Path,
+    work: Path,
+) -> ExportSummary:
+    identity = f"{source.kind}={source.id}:{options.format}"
+    if writer_cls is JsonlWriter and options.to == "-":
+        writer: FormatWriter = JsonlWriter(target, identity, handle=sys.stdout.buffer)
+    else:
+        writer = writer_cls(work, identity)
+    counts = RowCounts()
+    counter = TokenCounter(vocab_size) if options.draft_vocab_size else None
+    sample_ids = (work / "sample_ids.txt").open("w") if writer_cls.folder else None
+    columns = list(dict.fromkeys([*writer_cls.columns, "category", "prompt_ids", "output_ids"]))
+    try:
+        tables = _row_tables(source, columns, options.limit, counts)
+        if options.shuffle_seed is not None:
+            staging = (work if writer_cls.folder else work.parent) / f".{target.name}.staging.arrow"
+            tables = _shuffled(tables, staging, options.shuffle_seed, counts)
+        for rows in tables:
+            if counter is not None:
+                counter.add_ids(_supervised_ids(rows))
+            if sample_ids is not None:
+                sample_ids.write("\n".join(rows.column("sample_id").to_pylist()) + "\n")
+            writer.write(rows)
+    finally:
+        if sample_ids is not None:
+            sample_ids.close()
+    vocab, vocab_from = _draft_vocab(options, source, published, counter)
+    files = writer.finish(vocab) if writer_cls.folder else [target.name, *writer.finish(vocab)]
+    if sample_ids is not None:
+        files.append("sample_ids.txt")
+    info = _info(options, source, counts, vocab, vocab_from, files)
+    if writer_cls.folder:
+        files += ["export_info.yaml", "README.md"]
+        info["files"] = files
+        write_info(work / "export_info.yaml", info)
+        (work / "README.md").write_text(readme_text(info))
+    elif options.to != "-":
+        write_info(target.with_name(target.name + ".export_info.yaml"), info)
+    return ExportSummary(options.format, options.to, counts.rows_exported, counts.to_json(), files, vocab and vocab.k)
+
+
+def _draft_vocab(
+    options: ExportOptions, source: ExportSource, published: DraftVocab | None, counter: TokenCounter | None
+) -> tuple[DraftVocab | None, str | None]:
+    if counter is None:
+        return published, (f"the {source.kind}'s draft vocabulary" if published else None)
+    assert options.draft_vocab_size is not None
+    if options.draft_vocab_size > counter.distinct:
+        raise ConfigError(
+            f"a draft vocabulary of {options.draft_vocab_size} tokens was asked, but the exported rows supervise "
+            f"only {counter.distinct} distinct tokens: lower --draft-vocab-size"
+        )
+    return build_draft_vocab(counter.counts, options.draft_vocab_size), "the exported rows' supervised tokens"
+
+
+def _info(
+    options: ExportOptions,
+    source: ExportSource,
+    counts: RowCounts,
+    vocab: DraftVocab | None,
+    vocab_from: str | None,
+    files: list[str],
+) -> dict[str, Any]:
+    where = options.location or options.to
+    context = TrainContext(where, source.model, vocab.k if vocab else None, options.limit.max_len)
+    return {
+        "format": options.format,
+        "source": {
+            "kind": source.kind,
+            "id": source.id,
+            "output": source.root.uri,
+            "manifest": source.manifest_key,
+            "model": source.model,
+            "profile": source.profile,
+            "weight_version": source.weight_version,
+        },
+        "location": where,
+        "categories": source.categories,
+        "rows": counts.to_json() | {"superseded_rows_skipped": source.superseded_rows},
+        "sequence_length": {"max_seq_len": options.limit.max_len, "overlong": options.limit.overlong},
+        "shuffle_seed": options.shuffle_seed,
+        "draft_vocab": {"k": vocab.k, "from": vocab_from, "coverage": round(float(vocab.coverage), 6)}
+        if vocab
+        else None,
+        "files": files,
+        "inputs": source.input_checksums(),
+        "train_command": train_command(options.format, context),
+        "command": options.command or shlex.join(["eagle-datagen", "export", "--format", options.format]),
+    }

@@ -1,0 +1,115 @@
+"""What the run learned about its endpoints, under the output root: ejections, stops and answer tallies.
+
+`checkpoints/run=<id>/endpoints/` holds small immutable JSON files (local folder or S3 alike):
+- `ejection-<stamp>.json`, written the moment the content breaker takes an endpoint out, so another shard
+  task of the same run (on any worker) leaves it out from its start, and the run's report lists it;
+- `stop-<stamp>.json`, written when the run stopped early (every endpoint out, or a setup signature): the
+  user fixes the deployment and reruns, so the ejections before the newest stop no longer hold;
+- `tally-<stamp>.json`, one per invocation (a command-line run, a shard task), rewritten as it goes and at
+  its end: answers per endpoint, quarantined and retried reasons, and the server-fault answers kept as
+  evidence (the bad answers that never became rows).
+`endpoint_report` folds them into the run's per-endpoint report at publish time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+from eagle_datagen.inference.content_breaker import Ejection
+from eagle_datagen.storage.output_root import OutputRoot
+
+log = logging.getLogger(__name__)
+
+
+def endpoints_prefix(run_id: str) -> str:
+    return f"checkpoints/run={run_id}/endpoints/"
+
+
+def _stamp() -> str:
+    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+
+
+def _records(root: OutputRoot, run_id: str, kind: str) -> list[tuple[str, dict[str, Any]]]:
+    """(key, record) of one kind, oldest first; an unreadable record (a write cut short) is skipped."""
+    prefix = endpoints_prefix(run_id) + f"{kind}-"
+    found = []
+    for key in sorted(root.list(prefix)):
+        try:
+            found.append((key, json.loads(root.read_bytes(key))))
+        except ValueError:
+            log.warning("skipping the unreadable endpoint record %s", key)
+    return found
+
+
+class EndpointJournal:
+    """The records of one invocation."""
+
+    def __init__(self, root: OutputRoot, run_id: str) -> None:
+        self.root = root
+        self.run_id = run_id
+        self.tally_key = endpoints_prefix(run_id) + f"tally-{_stamp()}.json"
+
+    def _write(self, key: str, record: dict[str, Any]) -> None:
+        self.root.write_bytes(key, json.dumps(record, indent=1).encode())
+
+    def record_ejection(self, ejection: Ejection) -> str:
+        key = endpoints_prefix(self.run_id) + f"ejection-{_stamp()}.json"
+        self._write(key, ejection.to_json())
+        return key
+
+    def record_stop(self, message: str, endpoints: list[str]) -> None:
+        self._write(
+            endpoints_prefix(self.run_id) + f"stop-{_stamp()}.json", {"message": message, "endpoints": endpoints}
+        )
+
+    def record_tally(self, tally: dict[str, Any]) -> None:
+        self._write(self.tally_key, tally)
+
+
+def live_ejections(root: OutputRoot, run_id: str) -> list[tuple[str, Ejection]]:
+    """(record key, ejection) of the run's ejections since its newest stop: endpoints that stay out."""
+    stops = _records(root, run_id, "stop")
+    newest_stop = stops[-1][0].rsplit("/", 1)[1].removeprefix("stop-") if stops else ""
+    live = []
+    for key, raw in _records(root, run_id, "ejection"):
+        if key.rsplit("/", 1)[1].removeprefix("ejection-") > newest_stop:
+            live.append((key, Ejection.from_json(raw)))
+    return live
+
+
+def endpoint_report(root: OutputRoot, run_id: str) -> dict[str, Any]:
+    """Every endpoint of the run over all its invocations: answers, valid, quarantined and retried reasons,
+    and its ejections; plus the run's stops and the evidence answers."""
+    endpoints: dict[str, dict[str, Any]] = {}
+
+    def entry(url: str) -> dict[str, Any]:
+        return endpoints.setdefault(
+            url, {"answers": 0, "valid": 0, "quarantined": Counter(), "server_faults": Counter(), "ejections": []}
+        )
+
+    evidence = []
+    tallies = _records(root, run_id, "tally")
+    for _, tally in tallies:
+        for url, counts in tally.get("endpoints", {}).items():
+            e = entry(url)
+            e["answers"] += counts["answers"]
+            e["valid"] += counts["valid"]
+            e["quarantined"].update(counts["quarantined"])
+            e["server_faults"].update(counts["server_faults"])
+            evidence.extend({"endpoint": url} | item for item in counts.get("evidence", []))
+    for _, raw in _records(root, run_id, "ejection"):
+        entry(raw["endpoint"])["ejections"].append(raw)
+    for e in endpoints.values():
+        e["quarantined"], e["server_faults"] = dict(e["quarantined"]), dict(e["server_faults"])
+    return {
+        "endpoints": dict(sorted(endpoints.items())),
+        "stops": [raw for _, raw in _records(root, run_id, "stop")],
+        "invocations": len(tallies),
+        "policies": [tally.get("policy") for _, tally in tallies if tally.get("policy")],
+        "evidence": evidence,
+    }

@@ -1,0 +1,52 @@
+"""The report's per-endpoint table: what each SGLang endpoint answered over the whole run, and whether the
+content breaker took it out (generation/endpoint_journal.py gathers the counts)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    if not counts:
+        return '<span class="muted">none</span>'
+    return "<br>".join(f"{_e(k)}&nbsp;<span class='muted'>×{v:,}</span>" for k, v in sorted(counts.items()))
+
+
+def _ejections(ejections: list[dict[str, Any]]) -> str:
+    if not ejections:
+        return '<span class="muted">no</span>'
+    return "<br>".join(
+        f"<span class='bad'>ejected</span> at answer {int(e['answers']):,} ({_e(e.get('by') or '?')}, {_e(e['at'])}): "
+        f"{_e(e['reason'])}, {_e(e['evidence'])}"
+        for e in ejections
+    )
+
+
+def endpoint_table(report: dict[str, Any]) -> str:
+    """HTML: one row per endpoint (answers, valid, quarantined and retried reasons, ejections), then the
+    run's early stops."""
+    endpoints = report.get("endpoints") or {}
+    if not endpoints:
+        return '<p class="muted">No per-endpoint counts were recorded.</p>'
+    head = (
+        "<thead><tr><th>endpoint</th><th class='n'>answers</th><th class='n'>valid</th><th>quarantined</th>"
+        "<th>server faults (sent again, not stored)</th><th>ejected</th></tr></thead>"
+    )
+    rows = [
+        f"<tr><td>{_e(url)}</td><td class='n'>{e['answers']:,}</td><td class='n'>{e['valid']:,}</td>"
+        f"<td>{_counts(e['quarantined'])}</td><td>{_counts(e['server_faults'])}</td>"
+        f"<td>{_ejections(e['ejections'])}</td></tr>"
+        for url, e in endpoints.items()
+    ]
+    stops = "".join(f"<p class='bad'>Stopped early: {_e(s['message'])}</p>" for s in report.get("stops", []))
+    note = (
+        "<p class='muted'>Answers are counted per invocation (a run, a rerun, a shard task); a server-fault "
+        "answer was sent again to another endpoint and never became a row (examples in the endpoints file of "
+        "the manifest).</p>"
+    )
+    return f"<div class='scroll'><table>{head}<tbody>{''.join(rows)}</tbody></table></div>{stops}{note}"

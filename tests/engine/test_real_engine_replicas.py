@@ -1,0 +1,76 @@
+"""Two real SGLang replicas: listed as two --sglang-url, and the same two behind the real `smg` router. One of
+them runs --reasoning-parser, which preflight must flag (the parser acts only on the OpenAI endpoints, so
+/generate still returns think tokens and the runs below are unaffected)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import requests
+
+from eagle_datagen.inference.preflight import preflight
+from eagle_datagen_stack.sglang_engine import ServerOptions, SmgRouter
+from engine_support import assert_rows_match_server, published_rows, real_servers
+from generation_runs import run_cli
+
+from conftest import user_record, write_jsonl
+
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
+
+PROMPTS, SAMPLES = 10, 2
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("sglang-logs")
+    plain, parsing = ServerOptions(), ServerOptions(extra_args=("--reasoning-parser", "kimi_k2"))
+    with real_servers(logs, plain, parsing) as pairs:
+        yield {"pairs": pairs, "logs": logs}
+
+
+def run(tmp_path, urls: list[str], run_id: str):
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"task {i}: " + "how " * i) for i in range(PROMPTS)])
+    out = tmp_path / "out"
+    args = ["--prompts", str(src), "--output", str(out), "--run-id", run_id, "--shard-size", "5",
+            "--samples-per-prompt", str(SAMPLES), "--max-new-tokens", "96", "--draft-vocab-size", "256"]
+    for url in urls:
+        args += ["--sglang-url", url]
+    result = run_cli(args, timeout_s=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = published_rows(out, run_id)
+    every = rows["data"] + rows["quarantine"]
+    assert len(every) == len({r["sample_id"] for r in every}) == PROMPTS * SAMPLES
+    return every, result
+
+
+def test_preflight_flags_the_reasoning_parser(replicas, kimi_profile):
+    (plain, _), (parsing, _) = replicas["pairs"]
+    infos = asyncio.run(preflight([plain.url, parsing.url], kimi_profile, "moonshotai/Kimi-K2.5", None, wait_s=10))
+    assert [i.version for i in infos] == ["0.5.23", "0.5.23"]
+    assert [i.weight_version for i in infos] == ["default", "default"]
+    assert infos[0].warnings == []
+    assert len(infos[1].warnings) == 1 and "--reasoning-parser kimi_k2" in infos[1].warnings[0]
+
+
+def test_two_replicas_as_two_urls(replicas, tmp_path):
+    proxies = [proxy for _, proxy in replicas["pairs"]]
+    for proxy in proxies:
+        proxy.clear()
+    rows, result = run(tmp_path, [p.url for p in proxies], "two")
+    assert all(p.exchanges for p in proxies), "both replicas must have served samples"
+    assert_rows_match_server(rows, [e for p in proxies for e in p.exchanges])
+    assert "--reasoning-parser kimi_k2" in result.stderr + result.stdout  # the preflight's warning reached the log
+
+
+def test_two_replicas_behind_the_smg_router(replicas, tmp_path):
+    proxies = [proxy for _, proxy in replicas["pairs"]]
+    for proxy in proxies:
+        proxy.clear()
+    with SmgRouter([p.url for p in proxies], replicas["logs"]) as router:
+        models = requests.get(f"{router.url}/v1/models", timeout=10)
+        rows, _ = run(tmp_path, [router.url], "routed")
+    assert models.status_code == 200
+    assert_rows_match_server(rows, [e for p in proxies for e in p.exchanges])
+    # the router forwards the client's rid as it is (a string; a list would get 422)
+    assert {e.rid for p in proxies for e in p.exchanges if e.rid} >= {r["sample_id"] for r in rows}

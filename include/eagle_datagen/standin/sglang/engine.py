@@ -76,6 +76,7 @@ class SimStats:
 
     outcomes: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
+    polls: Counter[str] = field(default_factory=Counter)  # other requests ("GET /metrics"): a router's polls
     items: int = 0  # generations finished (a batch item or one of n samples each count once)
     prompt_tokens: int = 0
     generation_tokens: int = 0
@@ -101,6 +102,7 @@ class SimStats:
         return {
             "requests": {"total": sum(self.outcomes.values()), "by_outcome": dict(self.outcomes)},
             "faults": dict(self.faults),
+            "polls": dict(self.polls),
             "generations": self.items,
             "running": pool.running,
             "queued": pool.queued,

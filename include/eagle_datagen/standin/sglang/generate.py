@@ -31,6 +31,8 @@ from eagle_datagen.standin.sglang.protocol import (
     GenerateItem,
     GenerateRequest,
     InvalidBody,
+    SchemaError,
+    Timing,
     UncaughtError,
     parse_generate,
     response_object,
@@ -91,11 +93,11 @@ async def _generate(request: web.Request, state: SimState, arrived: float) -> we
         return _json(ROUTER_408_BODY, 408)
     try:
         parsed = parse_generate(body, state.config, state.codec.encode if state.codec else None)
-    except InvalidBody as exc:
+    except (InvalidBody, SchemaError) as exc:  # refused before a stream starts
         return _json(exc.body(), 400)
     except BadRequest as exc:
         if stream:  # SGLang validates inside its stream: a 200, then the error as an event
-            return await _stream_error(request, exc.body())
+            return await _stream_error(request, exc.stream_event())
         return _json(exc.body(), 400)
     except UncaughtError:
         if stream:  # the stream has started when SGLang's uncaught error breaks it
@@ -160,8 +162,12 @@ async def run_item(
     """Generate one output, holding a slot for its modelled time; `emit` receives the streamed partials."""
     cfg = state.config
     sampling = item.sampling
+    phases = {"started": arrived, "prefilled": arrived}  # monotonic times, set as the request gets there
 
     def result(output_ids: list[int], finish: dict | None, completion_tokens: int) -> dict[str, Any]:
+        now = time.monotonic()
+        wall = time.time() - now  # monotonic -> wall-clock seconds, as meta_info reports them
+        timing = Timing(arrived + wall, phases["started"] + wall, phases["prefilled"] + wall, now + wall)
         return response_object(
             text=state.text(output_ids, sampling.skip_special_tokens),
             output_ids=output_ids,
@@ -169,7 +175,7 @@ async def run_item(
             finish_reason=finish,
             prompt_tokens=reported_prompt_tokens(item.prompt_ids, faults),
             completion_tokens=completion_tokens,
-            e2e_latency=time.monotonic() - arrived,
+            timing=timing,
             weight_version=cfg.weight_version,
         )
 
@@ -194,8 +200,10 @@ async def run_item(
     output_ids, completion_tokens = apply_output_faults(generation.output_ids, item.prompt_ids, faults, think_ids)
     decoded = len(generation.output_ids)  # the tokens the model "ran" for, whatever the faults did
     await state.pool.acquire()
+    phases["started"] = time.monotonic()
     try:
         await _sleep(cfg.prefill_s_per_token * len(item.prompt_ids))
+        phases["prefilled"] = time.monotonic()
         if emit is None:
             await _sleep(cfg.decode_s_per_token * decoded)
         else:

@@ -16,8 +16,10 @@ def render_metrics(state: SimState) -> str:
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, samples: list[tuple[str, str, float]]) -> None:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
+        # SGLang's multiprocess exposition names a counter's family with its _total suffix
+        title = f"{name}_total" if kind == "counter" else name
+        lines.append(f"# HELP {title} {help_text}")
+        lines.append(f"# TYPE {title} {kind}")
         for suffix, labels, value in samples:
             lines.append(f"{name}{suffix}{{{labels}}} {float(value)}")
 

@@ -45,8 +45,9 @@ class SimState:
         self.stats = SimStats()
         self.pool.reset_busy()
 
-    def text(self, ids: list[int], skip_special_tokens: bool) -> str:
-        return self.codec.decode(ids, skip_special_tokens) if self.codec is not None else ""
+    def text(self, ids: list[int], skip_special_tokens: bool) -> str | None:
+        """The decoded text; None without a tokenizer (SGLang with --skip-tokenizer-init sends no `text`)."""
+        return self.codec.decode(ids, skip_special_tokens) if self.codec is not None else None
 
 
 STATE_KEY = web.AppKey("sglang_sim_state", SimState)

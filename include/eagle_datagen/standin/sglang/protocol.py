@@ -306,6 +306,7 @@ def response_object(
     completion_tokens: int,
     e2e_latency: float,
     weight_version: str,
+    cached_tokens: int = 0,
 ) -> dict[str, Any]:
     """One /generate result, as SGLang's tokenizer manager builds it."""
     return {
@@ -317,7 +318,7 @@ def response_object(
             "prompt_tokens": prompt_tokens,
             "weight_version": weight_version,
             "completion_tokens": completion_tokens,
-            "cached_tokens": 0,
+            "cached_tokens": cached_tokens,
             "e2e_latency": e2e_latency,
         },
     }

@@ -92,7 +92,8 @@ class SimConfig:
         for name in ("context_length", "vocab_size", "ordinary_vocab", "max_running_requests", "stream_interval"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1")
-        for name in ("max_queued_requests", "prefix_cache_tokens", "prefill_s_per_token", "decode_s_per_token", "startup_seconds"):
+        non_negative = ("max_queued_requests", "prefix_cache_tokens", "prefill_s_per_token", "decode_s_per_token")
+        for name in (*non_negative, "startup_seconds"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must not be negative")
         if self.slow_seconds < 0 or self.restart_downtime_s < 0:

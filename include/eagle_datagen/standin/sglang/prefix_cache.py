@@ -77,7 +77,7 @@ class PrefixCache:
             for candidate in self._children(key):
                 other = self._nodes[candidate].ids
                 common = 0
-                for a, b in zip(block, other):
+                for a, b in zip(block, other, strict=False):  # lengths differ at a sequence's end
                     if a != b:
                         break
                     common += 1

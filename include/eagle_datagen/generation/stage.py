@@ -37,6 +37,7 @@ from eagle_datagen.generation.plan import (
 )
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions, publish_run
+from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, cache_friendly_order
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
 from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, preflight
@@ -76,6 +77,7 @@ class RunOptions:
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     shard_size: int = 1000
     concurrency: int | None = None  # per endpoint; default from the server's max_running_requests
+    balance: str = "prefix-affinity"  # or "least-outstanding" (BALANCE_POLICIES); matters with several URLs
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
@@ -170,14 +172,16 @@ def pending_requests(
     root: OutputRoot, plan: RunPlan, shard_indices: list[int], done: dict[int, set[str]]
 ) -> Iterator[SampleRequest]:
     """The samples of these shards that `done` lacks, one shard in memory at a time: the next shard's plan
-    is read in a thread while this one generates, so neither the event loop nor memory holds the whole run."""
+    is read in a thread while this one generates, so neither the event loop nor memory holds the whole run.
+    Within a shard, in `cache_friendly_order` (prompts sharing leading ids side by side, samples spaced)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="plan-reader") as reader:
         upcoming = (reader.submit(shard_requests, root, plan, index) for index in shard_indices)
         loading = next(upcoming, None)
         while loading is not None:
             requests = loading.result()  # ready by now, unless generating a shard is faster than reading one
             loading = next(upcoming, None)
-            yield from (r for r in requests if r.sample_id not in done[r.shard])
+            todo = [r for r in requests if r.sample_id not in done[r.shard]]
+            yield from cache_friendly_order(todo, lambda r: r.prompt_ids)
 
 
 async def generate_pending(
@@ -196,23 +200,37 @@ async def generate_pending(
         Endpoint(s.url, options.concurrency or math.ceil(WINDOW_PER_SLOT * (s.max_running_requests or DEFAULT_WINDOW)))
         for s in servers
     ]
-    pool = EndpointPool(endpoints, options.breaker)
+    if options.balance not in BALANCE_POLICIES:
+        raise ConfigError(f"unknown balance policy {options.balance!r}; known: {list(BALANCE_POLICIES)}")
+    affinity = PrefixAffinity([e.url for e in endpoints]) if options.balance == "prefix-affinity" else None
+    pool = EndpointPool(endpoints, options.breaker, affinity=affinity)
     log.info(
-        "run %s: %d samples to generate, %d already done; %d in flight over %d endpoint(s)",
+        "run %s: %d samples to generate, %d already done; %d in flight over %d endpoint(s), %s",
         plan.run_id,
         to_do,
         resumed,
         pool.total_window,
         len(endpoints),
+        "prefix affinity" if pool.affinity else "least outstanding",
     )
     async with (
         GenerateClient(pool, options.retry) as client,
         CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
     ):
         progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
-        await run_samples(client, pending, pool.total_window, checkpoints.add, progress)
+        await run_samples(client, pending, pool.workers, checkpoints.add, progress)
         progress.finish()
     log.info("endpoints: %s", pool.describe())
+    if pool.affinity is not None:
+        a = pool.affinity
+        log.info(
+            "prefix affinity: %d followed a recent placement, %d placed on the ring (%d spilled past a full "
+            "replica), %d sent elsewhere to keep slots busy",
+            a.followed,
+            a.placed,
+            a.spilled,
+            pool.stolen,
+        )
     return resumed, to_do, client
 
 

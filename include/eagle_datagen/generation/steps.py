@@ -61,6 +61,7 @@ class RunConfig:
     samples_per_prompt: int | None = None
     shard_size: int = 1000
     concurrency: int | None = None
+    balance: str = "prefix-affinity"
     incremental: bool = False
     per_weight_version: bool = False
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
@@ -107,6 +108,7 @@ class RunConfig:
             ),
             shard_size=self.shard_size,
             concurrency=self.concurrency,
+            balance=self.balance,
             retry=RetryPolicy(max_attempts=self.max_attempts),
             canary=self.canary,
             incremental=self.incremental,

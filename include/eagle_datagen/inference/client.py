@@ -108,7 +108,7 @@ class GenerateClient:
         result = SampleResult(request)
         for attempt in range(1, self.policy.max_attempts + 1):
             try:
-                endpoint = await self.pool.acquire()
+                endpoint = await self.pool.acquire(request.prompt_ids)
             except NoEndpointAvailable as exc:
                 self.stats.failures["no_endpoint"] += 1
                 result.error, result.retryable = f"no_endpoint: {exc}", True

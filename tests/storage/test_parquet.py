@@ -36,6 +36,7 @@ SAMPLE_COLUMNS = [
     ("model", pa.string(), False),
     ("run_id", pa.string(), False),
     ("weight_version", pa.string(), True),
+    ("cached_tokens", pa.int32(), True),
 ]
 QUARANTINE_EXTRA = [
     ("reject_reason", pa.string(), False),
@@ -65,6 +66,7 @@ def row(i: int, **changes) -> dict:
         "model": "moonshotai/Kimi-K2.5",
         "run_id": "run-1",
         "weight_version": "default",
+        "cached_tokens": len(prompt) - 1,
     }
     return base | changes
 
@@ -72,7 +74,7 @@ def row(i: int, **changes) -> dict:
 def rows_with_nulls() -> list[dict]:
     return [
         row(0),
-        row(1, record_id=None, reasoning_tokens=None, weight_version=None),
+        row(1, record_id=None, reasoning_tokens=None, weight_version=None, cached_tokens=None),
         row(2, output_ids=[], completion_tokens=0, reasoning_tokens=None),
         row(3, finish_reason="length"),
     ]

@@ -107,6 +107,7 @@ def shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, An
                 "finish_reason": "error" if saved["error"] else finish.get("type", "abort"),
                 "completion_tokens": int(meta.get("completion_tokens", len(saved["output_ids"]))),
                 "prompt_tokens": int(meta.get("prompt_tokens", len(request.prompt_ids))),
+                "cached_tokens": int(meta["cached_tokens"]) if meta.get("cached_tokens") is not None else None,
                 "sampling": json.dumps(request.sampling, sort_keys=True),
                 "model": plan.model,
                 "run_id": plan.run_id,

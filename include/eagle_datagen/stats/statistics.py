@@ -250,6 +250,20 @@ def compute_statistics(
     finish_counts: Counter[tuple[str, int, int]] = Counter()  # (outcome, category, finish) -> n
     reject_counts: Counter[tuple[int, int]] = Counter()  # (category, reason) -> n
     quarantined: Counter[int] = Counter()
+    prefill: dict[int, list[int]] = {}  # category -> [prompt tokens sent, of them cached], where reported
+
+    def count_prefill(table: pa.Table, cat: np.ndarray) -> None:
+        """Prompt tokens sent and served from the servers' prefix caches (the per-sample cached_tokens)."""
+        if "cached_tokens" not in table.column_names or "prompt_tokens" not in table.column_names:
+            return
+        cached = table["cached_tokens"].to_numpy(zero_copy_only=False)
+        known = ~np.isnan(cached.astype(np.float64))
+        sent = table["prompt_tokens"].to_numpy(zero_copy_only=False).astype(np.int64)
+        for c in np.unique(cat[known]):
+            rows = known & (cat == c)
+            totals = prefill.setdefault(int(c), [0, 0])
+            totals[0] += int(sent[rows].sum())
+            totals[1] += int(cached[rows].astype(np.int64).sum())
 
     def count_pairs(cat: np.ndarray, other: np.ndarray) -> Counter[tuple[int, int]]:
         keys, n = np.unique(cat.astype(np.int64) << 32 | other.astype(np.int64), return_counts=True)
@@ -263,6 +277,7 @@ def compute_statistics(
         for (c, f), n in count_pairs(cat, finishes.encode(table["finish_reason"])).items():
             finish_counts["data", c, f] += n
         data_cat.append(cat)
+        count_prefill(table, cat)
         lengths["prompt"].append(_list_lengths(table["prompt_ids"]))
         lengths["output"].append(_list_lengths(table["output_ids"]))
         reasoning, answer = _reasoning_and_answer(table["output_ids"], think_end, eos)
@@ -283,6 +298,7 @@ def compute_statistics(
         else:
             reasons = rejects.encode(pa.nulls(table.num_rows, pa.string()))
         reject_counts.update(count_pairs(cat, reasons))
+        count_prefill(table, cat)
         for c, n in zip(*np.unique(cat, return_counts=True), strict=True):
             quarantined[int(c)] += int(n)
 
@@ -310,7 +326,16 @@ def compute_statistics(
             dists[kind] = distribution(values)
             tokens[kind] = int(values.sum())
         without_think_end = valid - dists["reasoning"]["count"]
+        sent = sum(prefill[c][0] for c in selected if c in prefill)
+        cached = sum(prefill[c][1] for c in selected if c in prefill)
         return {
+            # every sample whose server reported cached_tokens (data and quarantine): GPU prefill work
+            "prefill": {
+                "prompt_tokens_sent": sent,
+                "cached_tokens": cached,
+                "computed_tokens": sent - cached,
+                "cached_share": cached / sent if sent else None,
+            },
             "samples": valid + n_quarantined,
             "valid": valid,
             "quarantined": n_quarantined,

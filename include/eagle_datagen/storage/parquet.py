@@ -59,6 +59,7 @@ _SAMPLE_FIELDS = [
     pa.field("model", pa.string(), nullable=False),
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("weight_version", pa.string()),
+    pa.field("cached_tokens", pa.int32()),  # prompt tokens the server took from its prefix cache (meta_info)
 ]
 SAMPLE_SCHEMA = _schema(_SAMPLE_FIELDS)
 QUARANTINE_SCHEMA = _schema(

@@ -7,11 +7,13 @@ system prompt should land where that prefix was sent last, as long as that repli
 - **Keys.** A prompt's keys are chained hashes of its leading ids at lengths 64, 128, 256, ... up to 4,096
   (the last one: the whole prompt when shorter): two prompts share the keys of the lengths they share, so a
   conversation's steps share the keys of their common history and a prompt's K samples share all.
-- **Recent placements.** A table (LRU, bounded) maps each key to the replica its latest request went to. A
-  request follows its whole key (another sample of its prompt) while that replica is in service and under
-  `sticky_load_factor` x the mean load, or a key of 1,024 ids or more (an earlier step of its conversation)
-  under the placement bound. Shorter shared keys (a system prompt) are not followed: following them piles a
-  whole category onto one replica, and the load bound then splits prompts' samples.
+- **Recent placements.** A table (LRU, bounded) maps each key to the replica its latest request went to and
+  to how many distinct prompts were seen under it. A request follows its whole key (another sample of its
+  prompt) while that replica is in service and under `sticky_load_factor` x the mean load, or else its
+  longest shorter key that at most `max_fanout` prompts share (an earlier step of its conversation), under
+  the placement bound. A prefix that many prompts share (a category's system prompt) is not followed:
+  following it would pile the whole category onto one replica, and the load bound would then split
+  prompts' samples; the ring spreads such prompts, and each replica computes that prefix once.
 - **Consistent hashing with bounded loads** (Mirrokni, Thorup and Zadimoghaddam, 2018) for the rest: the key
   of the first 1,024 ids picks a point on a ring of virtual nodes, and the first replica clockwise that is in
   service and whose load is under `load_factor` x the mean load takes it. Load is requests in flight plus
@@ -48,6 +50,7 @@ RING_KEY_INDEX = KEY_LENGTHS.index(1024)
 class AffinityPolicy:
     load_factor: float = 1.25  # a new placement goes to a replica under this x the mean load
     sticky_load_factor: float = 2.0  # a request follows its prompt's placement while its replica is under this
+    max_fanout: int = 8  # a shorter key is followed while at most this many prompts were seen under it
     virtual_nodes: int = 64  # points per replica on the ring
     table_size: int = 65_536  # recent placements kept (keys, LRU)
 
@@ -103,7 +106,7 @@ class PrefixAffinity:
         self._points = [p for p, _ in ring]
         self._owners = [name for _, name in ring]
         self._names = list(dict.fromkeys(names))
-        self._recent: OrderedDict[int, str] = OrderedDict()
+        self._recent: OrderedDict[int, list] = OrderedDict()  # key -> [replica, prompts seen under it]
         self.followed = self.placed = self.spilled = 0  # choices by kind, for the run's log
 
     def choose(self, keys: Sequence[int], load: Callable[[str], int], in_service: Callable[[str], bool]) -> str | None:
@@ -113,18 +116,23 @@ class PrefixAffinity:
             return None
         mean = (sum(load(n) for n in names) + 1) / len(names)
         bound = math.ceil(self.policy.load_factor * mean)
-        ring_depth = min(len(keys), RING_KEY_INDEX + 1)
-        for depth in range(len(keys), ring_depth - 1, -1):
-            name = self._recent.get(keys[depth - 1])
-            if name is not None:
-                # the whole key (another sample of this prompt) may go up to the sticky bound; a shorter one
-                # (a conversation's earlier step) only up to the placement bound
-                limit = math.ceil(self.policy.sticky_load_factor * mean) if depth == len(keys) else bound
-                if in_service(name) and load(name) < limit:
-                    self.followed += 1
-                    return self._remember(keys, name)
-                break
-        ring_key = keys[ring_depth - 1] if keys else 0
+        recent = self._recent
+        for depth in range(len(keys), 0, -1):
+            entry = recent.get(keys[depth - 1])
+            if entry is None:
+                continue
+            name, fanout = entry
+            if depth == len(keys):  # another sample of this prompt: up to the sticky bound
+                limit = math.ceil(self.policy.sticky_load_factor * mean)
+            elif fanout <= self.policy.max_fanout:  # an earlier step of this conversation
+                limit = bound
+            else:  # a prefix many prompts share (a system prompt): the ring spreads them
+                continue
+            if in_service(name) and load(name) < limit:
+                self.followed += 1
+                return self._remember(keys, name)
+            break
+        ring_key = keys[min(len(keys), RING_KEY_INDEX + 1) - 1] if keys else 0
         start = bisect.bisect(self._points, ring_key & 0xFFFFFFFFFFFFFFFF)
         seen: set[str] = set()
         for i in range(len(self._owners)):
@@ -146,9 +154,15 @@ class PrefixAffinity:
 
     def _remember(self, keys: Sequence[int], name: str) -> str:
         recent = self._recent
+        new_prompt = keys[-1] not in recent
         for key in keys:
-            recent[key] = name
-            recent.move_to_end(key)
+            entry = recent.get(key)
+            if entry is None:
+                recent[key] = [name, 1]
+            else:
+                entry[0] = name
+                entry[1] += new_prompt  # prompts seen under this prefix
+                recent.move_to_end(key)
         while len(recent) > self.policy.table_size:
             recent.popitem(last=False)
         return name

@@ -9,7 +9,7 @@ import random
 import time
 from collections import Counter, defaultdict
 
-from eagle_datagen.inference.affinity import PrefixAffinity, cache_friendly_order, prefix_keys
+from eagle_datagen.inference.affinity import PrefixAffinity, prefix_keys, prompt_groups, spaced_samples
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
 
 K = 4
@@ -43,8 +43,8 @@ async def run_load(pool: EndpointPool, requests: list[list[int]], seconds: tuple
 
 def test_the_k_samples_of_a_prompt_reach_one_replica_under_full_load():
     ps = prompts(200)
-    requests = cache_friendly_order([(p, k) for p in ps for k in range(K)], lambda r: r[0])
     pool = affine_pool(4, window=20)
+    requests = list(spaced_samples(prompt_groups([(p, k) for p in ps for k in range(K)], lambda r: r[0]), pool.workers))
     placed = asyncio.run(run_load(pool, [ids for ids, _ in requests], (0.005, 0.015)))
     replicas_of = defaultdict(set)
     for index, url, _ in placed:
@@ -151,15 +151,18 @@ def test_one_url_a_router_is_left_to_choose():
     assert all(e is endpoint for e in asyncio.run(scenario()))
 
 
-def test_cache_friendly_order_groups_prefixes_and_spaces_samples():
-    ps = prompts(20, seed=2)
+def test_prompts_sharing_ids_side_by_side_and_samples_spaced_by_the_requests_in_flight():
+    ps = prompts(50, seed=2)
     requests = [(p, k) for p in ps for k in range(K)]
-    ordered = cache_friendly_order(requests, lambda r: r[0], spacing=8)
-    assert sorted(map(id, ordered)) == sorted(map(id, requests))  # the same requests
+    groups = prompt_groups(requests, lambda r: r[0])
+    assert [g[0][0] for g in groups] == sorted(ps) and all([k for _, k in g] == list(range(K)) for g in groups)
+    ordered = list(spaced_samples(groups, spacing=16))
+    assert sorted(map(id, ordered)) == sorted(map(id, requests))  # the same requests, each once
     positions = defaultdict(list)
-    for i, (p, _) in enumerate(ordered):
-        positions[id(p)].append(i)
+    for i, (p, k) in enumerate(ordered):
+        positions[id(p)].append((i, k))
     for pos in positions.values():
-        gaps = [b - a for a, b in zip(pos, pos[1:], strict=False)]
-        assert all(2 <= g <= 8 for g in gaps)  # spaced, but close
-    assert [k for _, k in ordered[:8]] == [0] * 8
+        assert [k for _, k in pos] == list(range(K))
+        gaps = [b - a for (a, _), (b, _) in zip(pos, pos[1:], strict=False)]
+        assert all(g >= 16 for g in gaps[:-1]) and all(g >= 1 for g in gaps)  # the tail drains closer
+    assert [k for _, k in ordered[:16]] == [0] * 16  # the first burst: no two samples of a prompt

@@ -37,7 +37,7 @@ from eagle_datagen.generation.plan import (
 )
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions, publish_run
-from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, cache_friendly_order
+from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, prompt_groups, spaced_samples
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
 from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, preflight
@@ -169,19 +169,24 @@ def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | No
 
 
 def pending_requests(
-    root: OutputRoot, plan: RunPlan, shard_indices: list[int], done: dict[int, set[str]]
+    root: OutputRoot, plan: RunPlan, shard_indices: list[int], done: dict[int, set[str]], spacing: int = 1
 ) -> Iterator[SampleRequest]:
-    """The samples of these shards that `done` lacks, one shard in memory at a time: the next shard's plan
-    is read in a thread while this one generates, so neither the event loop nor memory holds the whole run.
-    Within a shard, in `cache_friendly_order` (prompts sharing leading ids side by side, samples spaced)."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="plan-reader") as reader:
-        upcoming = (reader.submit(shard_requests, root, plan, index) for index in shard_indices)
-        loading = next(upcoming, None)
-        while loading is not None:
-            requests = loading.result()  # ready by now, unless generating a shard is faster than reading one
+    """The samples of these shards that `done` lacks, one shard read at a time: the next shard's plan is read
+    in a thread while this one generates, so neither the event loop nor memory holds the whole run. Within a
+    shard, prompts sharing leading ids come side by side; a prompt's samples go out `spacing` requests apart
+    (`spaced_samples`), so that its prefix is computed once and then found in the server's cache."""
+
+    def groups() -> Iterator[list[SampleRequest]]:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="plan-reader") as reader:
+            upcoming = (reader.submit(shard_requests, root, plan, index) for index in shard_indices)
             loading = next(upcoming, None)
-            todo = [r for r in requests if r.sample_id not in done[r.shard]]
-            yield from cache_friendly_order(todo, lambda r: r.prompt_ids)
+            while loading is not None:
+                requests = loading.result()  # ready by now, unless generating a shard is faster than reading one
+                loading = next(upcoming, None)
+                todo = [r for r in requests if r.sample_id not in done[r.shard]]
+                yield from prompt_groups(todo, lambda r: r.prompt_ids)
+
+    return spaced_samples(groups(), spacing)
 
 
 async def generate_pending(
@@ -195,7 +200,6 @@ async def generate_pending(
     done = {index: set(load_checkpoints(root, plan.run_id, index)) for index in shard_indices}  # ids only
     resumed = sum(len(ids) for ids in done.values())
     to_do = sum(plan.shards[index].samples for index in shard_indices) - resumed
-    pending = pending_requests(root, plan, shard_indices, done)
     endpoints = [
         Endpoint(s.url, options.concurrency or math.ceil(WINDOW_PER_SLOT * (s.max_running_requests or DEFAULT_WINDOW)))
         for s in servers
@@ -204,6 +208,7 @@ async def generate_pending(
         raise ConfigError(f"unknown balance policy {options.balance!r}; known: {list(BALANCE_POLICIES)}")
     affinity = PrefixAffinity([e.url for e in endpoints]) if options.balance == "prefix-affinity" else None
     pool = EndpointPool(endpoints, options.breaker, affinity=affinity)
+    pending = pending_requests(root, plan, shard_indices, done, spacing=pool.workers)
     log.info(
         "run %s: %d samples to generate, %d already done; %d in flight over %d endpoint(s), %s",
         plan.run_id,

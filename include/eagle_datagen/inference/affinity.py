@@ -31,8 +31,8 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -49,7 +49,7 @@ RING_KEY_INDEX = KEY_LENGTHS.index(1024)
 @dataclass(frozen=True)
 class AffinityPolicy:
     load_factor: float = 1.25  # a new placement goes to a replica under this x the mean load
-    sticky_load_factor: float = 2.0  # a request follows its prompt's placement while its replica is under this
+    sticky_load_factor: float = 3.0  # a request follows its prompt's placement while its replica is under this
     max_fanout: int = 8  # a shorter key is followed while at most this many prompts were seen under it
     virtual_nodes: int = 64  # points per replica on the ring
     table_size: int = 65_536  # recent placements kept (keys, LRU)
@@ -74,25 +74,42 @@ def prefix_keys(prompt_ids: Sequence[int]) -> list[int]:
     return keys
 
 
-def cache_friendly_order(requests: list[T], prompt_ids: Callable[[T], Sequence[int]], spacing: int = 8) -> list[T]:
-    """The same requests, ordered so that prompts sharing leading ids are neighbours and a prompt's samples
-    are sent close together but not at once.
-
-    Prompts are sorted by their ids (shared system prompts and a conversation's steps end up side by side),
-    then taken `spacing` at a time: first sample of each, second of each, ... So a prompt's next sample
-    follows about `spacing` requests later, once the first one's prefill has run and its prefix is cached
-    (two samples that start prefilling at the same moment both compute the whole prompt), while the prefix
-    is still in the cache, and the shared queue stays one queue."""
+def prompt_groups(requests: list[T], prompt_ids: Callable[[T], Sequence[int]]) -> list[list[T]]:
+    """The requests grouped by prompt (samples in their order), groups sorted by prompt ids, so that prompts
+    sharing leading ids (a system prompt, a conversation's steps) are neighbours."""
     by_prompt: dict[int, list[T]] = {}
     for request in requests:
         by_prompt.setdefault(id(prompt_ids(request)), []).append(request)
-    groups = sorted(by_prompt.values(), key=lambda group: prompt_ids(group[0]))
-    ordered: list[T] = []
-    for start in range(0, len(groups), spacing):
-        block = groups[start : start + spacing]
-        for k in range(max(len(g) for g in block)):
-            ordered.extend(g[k] for g in block if k < len(g))
-    return ordered
+    return sorted(by_prompt.values(), key=lambda group: prompt_ids(group[0]))
+
+
+def spaced_samples(groups: Iterable[list[T]], spacing: int) -> Iterator[T]:
+    """Each group's first request as it comes; its next one `spacing` requests after the previous one.
+
+    Two samples of a prompt that start prefilling at the same moment both compute the whole prompt; the
+    second one finds it cached only once the first one's prefill has run. With `spacing` at least the
+    requests in flight (all endpoints' windows), no two samples of a prompt are ever sent together, not
+    even in the first burst of a run, and the next one still comes while the prefix is cached. One queue:
+    the order changes, nothing waits."""
+    waiting: deque[tuple[int, list[T], int]] = deque()  # (due after this many sent, group, next index)
+    sent = 0
+    for group in groups:
+        while waiting and waiting[0][0] <= sent:
+            _, g, i = waiting.popleft()
+            yield g[i]
+            sent += 1
+            if i + 1 < len(g):
+                waiting.append((sent + spacing, g, i + 1))
+        yield group[0]
+        sent += 1
+        if len(group) > 1:
+            waiting.append((sent + spacing, group, 1))
+    while waiting:
+        _, g, i = waiting.popleft()
+        yield g[i]
+        sent += 1
+        if i + 1 < len(g):
+            waiting.append((sent + spacing, g, i + 1))
 
 
 def _point(text: str) -> int:
@@ -106,7 +123,7 @@ class PrefixAffinity:
         self._points = [p for p, _ in ring]
         self._owners = [name for _, name in ring]
         self._names = list(dict.fromkeys(names))
-        self._recent: OrderedDict[int, list] = OrderedDict()  # key -> [replica, prompts seen under it]
+        self._recent: OrderedDict[int, list] = OrderedDict()  # key -> [replica, prompts seen, requests placed]
         self.followed = self.placed = self.spilled = 0  # choices by kind, for the run's log
 
     def choose(self, keys: Sequence[int], load: Callable[[str], int], in_service: Callable[[str], bool]) -> str | None:
@@ -121,7 +138,7 @@ class PrefixAffinity:
             entry = recent.get(keys[depth - 1])
             if entry is None:
                 continue
-            name, fanout = entry
+            name, fanout, _ = entry
             if depth == len(keys):  # another sample of this prompt: up to the sticky bound
                 limit = math.ceil(self.policy.sticky_load_factor * mean)
             elif fanout <= self.policy.max_fanout:  # an earlier step of this conversation
@@ -148,6 +165,11 @@ class PrefixAffinity:
         self.placed += 1  # every replica at the bound: the least loaded (cannot happen with a bound above the mean)
         return self._remember(keys, min(names, key=load))
 
+    def first_of_its_prompt(self, keys: Sequence[int]) -> bool:
+        """No other request of this prompt was placed (sending it elsewhere splits nothing)."""
+        entry = self._recent.get(keys[-1]) if keys else None
+        return entry is None or entry[2] <= 1
+
     def rehome(self, keys: Sequence[int], name: str) -> None:
         """A request of these keys went to `name` after all (sent where slots were idle): follow it there."""
         self._remember(keys, name)
@@ -158,10 +180,11 @@ class PrefixAffinity:
         for key in keys:
             entry = recent.get(key)
             if entry is None:
-                recent[key] = [name, 1]
+                recent[key] = [name, 1, 1]
             else:
                 entry[0] = name
                 entry[1] += new_prompt  # prompts seen under this prefix
+                entry[2] += 1  # requests placed under it
                 recent.move_to_end(key)
         while len(recent) > self.policy.table_size:
             recent.popitem(last=False)

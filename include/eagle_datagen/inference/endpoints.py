@@ -148,7 +148,7 @@ class EndpointPool:
             target = self._by_url[name]
             if target.available(now) and not target.waiters:
                 return self._take(target)
-            idle = self._idle(now)
+            idle = self._idle(now) if affinity.first_of_its_prompt(keys) else None  # never split a prompt here
             if idle is not None:
                 self.stolen += 1
                 affinity.rehome(keys, idle.url)  # its prompt's next samples follow it there
@@ -169,11 +169,22 @@ class EndpointPool:
 
     def _hand_over(self, endpoint: Endpoint, donor: Endpoint) -> bool:
         """Give a live waiter of `donor` the slot of `endpoint` (it stays counted in flight): its oldest when the
-        slot is the donor's own, else its newest, whose prompt's other samples are the least likely to have
-        gone out yet, and whose prompt then follows it to `endpoint`."""
+        slot is the donor's own; else, newest first, one whose prompt has no other request out yet (moving it
+        splits nothing), or failing that (only once `endpoint` is down to half of steal_below) its newest; the
+        waiter's prompt then follows it to `endpoint`."""
         own = donor is endpoint
-        while donor.waiters:
-            waiter, keys = donor.waiters.popleft() if own else donor.waiters.pop()
+        waiters = donor.waiters
+        if not own and self.affinity is not None:
+            for entry in reversed(waiters):
+                if not entry[0].done() and self.affinity.first_of_its_prompt(entry[1]):
+                    waiters.remove(entry)
+                    waiters.append(entry)  # taken below
+                    break
+            else:  # only split a prompt when the endpoint is down to half its slots' worth
+                if endpoint.outstanding - 1 >= self.steal_below * endpoint.window / 2:
+                    return False
+        while waiters:
+            waiter, keys = waiters.popleft() if own else waiters.pop()
             if not waiter.done():
                 if endpoint.open_until:
                     endpoint.probing = True  # half-open: this request is its probe

@@ -126,10 +126,12 @@ class EndpointPool:
             endpoint.probing = True
         return endpoint
 
-    def _idle(self, now: float) -> Endpoint | None:
-        """An endpoint in service that nobody waits for, under steal_below of its window."""
+    def _idle(self, now: float, free_to_move: bool) -> Endpoint | None:
+        """An endpoint in service that nobody waits for, with room (a request free to move: its prompt has
+        nothing else out) or under steal_below of its window (any request: its slots would idle)."""
         for e in self.endpoints:
-            if not e.waiters and e.in_service(now) and e.outstanding < self.steal_below * e.window:
+            limit = e.window if free_to_move else self.steal_below * e.window
+            if not e.waiters and e.in_service(now) and e.outstanding < limit:
                 return e
         return None
 
@@ -148,7 +150,7 @@ class EndpointPool:
             target = self._by_url[name]
             if target.available(now) and not target.waiters:
                 return self._take(target)
-            idle = self._idle(now) if affinity.first_of_its_prompt(keys) else None  # never split a prompt here
+            idle = self._idle(now, free_to_move=affinity.first_of_its_prompt(keys))
             if idle is not None:
                 self.stolen += 1
                 affinity.rehome(keys, idle.url)  # its prompt's next samples follow it there
@@ -167,11 +169,10 @@ class EndpointPool:
             if handed is not None:
                 return handed
 
-    def _hand_over(self, endpoint: Endpoint, donor: Endpoint) -> bool:
-        """Give a live waiter of `donor` the slot of `endpoint` (it stays counted in flight): its oldest when the
-        slot is the donor's own; else, newest first, one whose prompt has no other request out yet (moving it
-        splits nothing), or failing that (only once `endpoint` is down to half of steal_below) its newest; the
-        waiter's prompt then follows it to `endpoint`."""
+    def _hand_over(self, endpoint: Endpoint, donor: Endpoint, anyone: bool = True) -> bool:
+        """Give a live waiter of `donor` a slot of `endpoint` (counts are the caller's): the oldest when the
+        slot is the donor's own; else, newest first, one whose prompt has nothing else out yet (moving it
+        splits nothing), or, with `anyone`, the newest; a moved waiter's prompt follows it to `endpoint`."""
         own = donor is endpoint
         waiters = donor.waiters
         if not own and self.affinity is not None:
@@ -180,8 +181,8 @@ class EndpointPool:
                     waiters.remove(entry)
                     waiters.append(entry)  # taken below
                     break
-            else:  # only split a prompt when the endpoint is down to half its slots' worth
-                if endpoint.outstanding - 1 >= self.steal_below * endpoint.window / 2:
+            else:
+                if not anyone:
                     return False
         while waiters:
             waiter, keys = waiters.popleft() if own else waiters.pop()
@@ -195,27 +196,37 @@ class EndpointPool:
                 return True
         return False
 
+    def _feed_idle(self, now: float) -> None:
+        """Endpoints that nobody waits for take requests waiting elsewhere: any room at all for a request whose
+        prompt has nothing else out (free to move), under steal_below of the window (slots about to idle,
+        at the end of a run too) for any. Runs on every release, so a drained endpoint is fed as well."""
+        for e in self.endpoints:
+            while not e.waiters and e.outstanding < e.window and e.in_service(now):
+                donor = max(self.endpoints, key=lambda d: len(d.waiters))
+                if donor is e or not donor.waiters:
+                    return
+                if not self._hand_over(e, donor, anyone=e.outstanding < self.steal_below * e.window):
+                    break
+                e.outstanding += 1
+
     def _check_give_up(self, now: float) -> None:
         if now > self.last_ok + self.breaker.give_up_after_s:
             raise NoEndpointAvailable(f"every endpoint has failed for {now - self.last_ok:.0f}s: {self.describe()}")
 
     def _free_slot(self, endpoint: Endpoint) -> None:
-        """A slot of `endpoint` is free: hand it to its oldest waiter, or, when nobody waits for it and it would
-        fall under steal_below, to the oldest waiter of the endpoint with the longest queue."""
+        """A slot of `endpoint` is free: its oldest waiter takes it; then idle endpoints are fed (`_feed_idle`).
+        A taken-out endpoint's waiters choose again (its keys go to the next replica on the ring)."""
         now = time.monotonic()
         if endpoint.in_service(now):
-            if self._hand_over(endpoint, endpoint):
-                return
-            if endpoint.outstanding - 1 < self.steal_below * endpoint.window:
-                donor = max(self.endpoints, key=lambda e: len(e.waiters))
-                if self._hand_over(endpoint, donor):
-                    return
-        else:  # taken out: its waiters choose again (its keys go to the next replica on the ring)
+            if not self._hand_over(endpoint, endpoint):  # handed over: it stays counted in flight
+                endpoint.outstanding -= 1
+        else:
             waiters, endpoint.waiters = endpoint.waiters, deque()
             for waiter, _ in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
-        endpoint.outstanding -= 1
+            endpoint.outstanding -= 1
+        self._feed_idle(now)
 
     async def release(self, endpoint: Endpoint, ok: bool, endpoint_fault: bool) -> None:
         """`endpoint_fault`: the failure says the endpoint is unwell (not, say, a 400 for a bad prompt)."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from eagle_datagen.conversation import TURNS
 from eagle_datagen.errors import DataGenError
+from eagle_datagen.inference.affinity import BALANCE_POLICIES
 from eagle_datagen.sources.formats import FORMAT_NAMES, HISTORY_POLICIES
 
 if TYPE_CHECKING:
@@ -332,6 +333,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="requests in flight per endpoint (default: 1.25 x the server's max_running_requests)",
     )
     servers.add_argument(
+        "--balance",
+        choices=BALANCE_POLICIES,
+        default="prefix-affinity",
+        help="how requests are spread over several --sglang-url replicas: prefix-affinity sends a prompt's "
+        "samples and prompts sharing leading ids to one replica (bounded load), so its prefix cache serves "
+        "them; least-outstanding ignores the prompt (default: prefix-affinity; one URL, such as a router: "
+        "no effect)",
+    )
+    servers.add_argument(
         "--max-attempts",
         type=_positive_int,
         default=8,
@@ -620,6 +630,7 @@ def _run(args: argparse.Namespace) -> int:
             ),
             shard_size=args.shard_size,
             concurrency=args.concurrency,
+            balance=args.balance,
             retry=RetryPolicy(max_attempts=args.max_attempts, request_timeout_s=args.request_timeout),
             breaker=BreakerPolicy(give_up_after_s=args.give_up_after),
             checkpoint=CheckpointPolicy(max_samples=args.checkpoint_every, max_age_s=args.checkpoint_interval),

@@ -157,6 +157,7 @@ def test_sim_stats_counts_requests_and_tokens(http, sim):
 
 
 def test_single_generation_shape(http, sim):
+    http.post(sim.url + "/flush_cache", timeout=10)  # earlier tests sent PROMPT: its prefix would be cached
     answer = ok(http, sim, {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2048}, "rid": "r-1"})
     assert set(answer) == {"output_ids", "meta_info"}  # no tokenizer: no text, as with --skip-tokenizer-init
     ids, meta = answer["output_ids"], answer["meta_info"]

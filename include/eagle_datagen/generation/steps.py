@@ -68,6 +68,7 @@ class RunConfig:
     turns: str | None = None  # last | each; None: the recipe's
     shard_size: int = 1000
     concurrency: int | None = None
+    balance: str = "prefix-affinity"
     incremental: bool = False
     per_weight_version: bool = False
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
@@ -119,6 +120,7 @@ class RunConfig:
             ),
             shard_size=self.shard_size,
             concurrency=self.concurrency,
+            balance=self.balance,
             retry=RetryPolicy(max_attempts=self.max_attempts),
             canary=self.canary,
             incremental=self.incremental,

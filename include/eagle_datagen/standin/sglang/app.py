@@ -76,6 +76,8 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "max_running_requests": cfg.max_running_requests,
         "max_queued_requests": cfg.max_queued_requests,
         "max_total_tokens": None,
+        "disable_radix_cache": cfg.prefix_cache_tokens == 0,
+        "page_size": 1,
         "chunked_prefill_size": 8192,
         "schedule_policy": "fcfs",
         "tp_size": cfg.tp_size,
@@ -91,6 +93,7 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "sglang_sim": {
             "decode_s_per_token": cfg.decode_s_per_token,
             "prefill_s_per_token": cfg.prefill_s_per_token,
+            "prefix_cache_tokens": cfg.prefix_cache_tokens,
             "output_tokens": [cfg.output_tokens_min, cfg.output_tokens_max],
             "faults": state.faults.rates.to_dict(),
         },
@@ -117,6 +120,9 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def flush_cache(request: web.Request) -> web.Response:
+    state = _state(request)
+    if state.pool.running == 0 and state.pool.queued == 0:  # SGLang refuses to flush while requests run
+        state.prefix_cache.clear()
     return web.Response(status=200, text=FLUSH_CACHE_TEXT)  # SGLang's names no content type (docs/real-engine.md)
 
 

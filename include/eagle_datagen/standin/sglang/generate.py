@@ -2,7 +2,10 @@
 
 Order of events for one request: the router's faults (429, 408), SGLang's validation (400, 500), SGLang's
 queue (503, injected or real), a dropped connection, a slow answer, then each prompt (or sample) takes a
-slot for prefill_s_per_token x prompt + decode_s_per_token x output seconds.
+slot for prefill_s_per_token x (prompt - cached prefix) + decode_s_per_token x output seconds. The prefix
+cache (prefix_cache.py) is matched when the request takes its slot, holds the prompt once its prefill has run
+and the whole sequence once it finishes; `n > 1` first prefills the prompt alone, as SGLang's tokenizer manager
+does ("Cache the common prefix for parallel sampling"), so its n samples find it cached.
 """
 
 from __future__ import annotations
@@ -136,6 +139,7 @@ async def _run_all(
     state: SimState, parsed: GenerateRequest, item_faults: list[ItemFaults], arrived: float, emit: Emit | None
 ) -> list[dict[str, Any]]:
     """Every item in its own slot, concurrently."""
+    await _warm_prefixes(state, parsed)
     return await _concurrently(
         [run_item(state, item, faults, arrived, emit) for item, faults in zip(parsed.items, item_faults, strict=True)]
     )
@@ -156,6 +160,25 @@ async def _concurrently(coros: list[Awaitable[Any]]) -> list[Any]:
     return [task.result() for task in tasks]
 
 
+async def _warm_prefixes(state: SimState, parsed: GenerateRequest) -> None:
+    """n > 1: one prefill-only pass per prompt before its samples (SGLang sends max_new_tokens=0 first)."""
+    if not state.prefix_cache.enabled or all(item.sampling.n == 1 for item in parsed.items):
+        return
+    prompts = {id(item.prompt_ids): item.prompt_ids for item in parsed.items}
+    await _concurrently([_prefill_only(state, ids) for ids in prompts.values()])
+
+
+async def _prefill_only(state: SimState, prompt_ids: list[int]) -> None:
+    await state.pool.acquire()
+    try:
+        cached = state.prefix_cache.match(prompt_ids)
+        await _sleep(state.config.prefill_s_per_token * (len(prompt_ids) - cached))
+        state.prefix_cache.insert(prompt_ids)
+    finally:
+        state.pool.release()
+    state.stats.count_prefill(len(prompt_ids), cached)
+
+
 async def run_item(
     state: SimState, item: GenerateItem, faults: ItemFaults, arrived: float, emit: Emit | None
 ) -> dict[str, Any]:
@@ -163,6 +186,7 @@ async def run_item(
     cfg = state.config
     sampling = item.sampling
     phases = {"started": arrived, "prefilled": arrived}  # monotonic times, set as the request gets there
+    cached = 0  # set once the request has its slot; the partial results of a stream carry it too
 
     def result(output_ids: list[int], finish: dict | None, completion_tokens: int) -> dict[str, Any]:
         now = time.monotonic()
@@ -176,6 +200,7 @@ async def run_item(
             prompt_tokens=reported_prompt_tokens(item.prompt_ids, faults),
             completion_tokens=completion_tokens,
             timing=timing,
+            cached_tokens=cached,
             weight_version=cfg.weight_version,
         )
 
@@ -202,7 +227,9 @@ async def run_item(
     await state.pool.acquire()
     phases["started"] = time.monotonic()
     try:
-        await _sleep(cfg.prefill_s_per_token * len(item.prompt_ids))
+        cached = state.prefix_cache.match(item.prompt_ids)
+        await _sleep(cfg.prefill_s_per_token * (len(item.prompt_ids) - cached))
+        state.prefix_cache.insert(item.prompt_ids)
         phases["prefilled"] = time.monotonic()
         if emit is None:
             await _sleep(cfg.decode_s_per_token * decoded)
@@ -210,8 +237,10 @@ async def run_item(
             await _stream_partials(state, item, output_ids, faults.echo, decoded, emit, result)
     finally:
         state.pool.release()
+    # SGLang caches the finished sequence (prompt + output, the last id's KV was never computed)
+    state.prefix_cache.insert(item.prompt_ids + generation.output_ids[:-1])
     state.stats.items += 1
-    state.stats.prompt_tokens += len(item.prompt_ids)
+    state.stats.count_prefill(len(item.prompt_ids), cached)
     state.stats.generation_tokens += completion_tokens
     return result(output_ids, generation.finish_reason, completion_tokens)
 
@@ -278,6 +307,7 @@ async def _stream(
         return final
 
     try:
+        await _warm_prefixes(state, parsed)
         await _concurrently([emit_final(item, faults) for item, faults in zip(parsed.items, item_faults, strict=True)])
     except QueueFull:
         await response.write(_sse(_queue_full_event()))

@@ -32,6 +32,18 @@ def render_metrics(state: SimState) -> str:
         [("_total", model, stats.prompt_tokens)],
     )
     family(
+        "sglang:cached_tokens",
+        "counter",
+        "Number of cached prompt tokens.",
+        [("_total", model, stats.cached_tokens)],
+    )
+    family(
+        "sglang:cache_hit_rate",
+        "gauge",
+        "The prefix cache hit rate.",
+        [("", model, stats.cached_tokens / stats.prompt_tokens if stats.prompt_tokens else 0.0)],
+    )
+    family(
         "sglang:generation_tokens",
         "counter",
         "Number of generation tokens processed.",

@@ -75,8 +75,10 @@ test: venv sglang lint browser compose  ## ruff, then the whole suite, integrati
 test-fast: venv  ## skip the slow integration tests
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-demo: venv  ## the main job through Airflow on the embedded default: SeaweedFS, stand-in SGLang, Airflow on SQLite
-	$(BIN)/python -m eagle_datagen_stack.demo --home .demo
+# `make demo ENGINE=sglang`: the same demo on two real SGLang CPU servers (tiny model) behind the real smg router.
+ENGINE ?= sim
+demo: venv $(if $(filter sglang,$(ENGINE)),sglang)  ## the main job through Airflow on the embedded default: SeaweedFS, stand-in SGLang (ENGINE=sglang: the real one), Airflow on SQLite
+	$(BIN)/python -m eagle_datagen_stack.demo --home .demo --engine $(ENGINE)
 
 demo-cli: venv  ## the same job without Airflow (the `eagle-datagen run` path), in seconds
 	$(BIN)/python -m eagle_datagen.demo --output .demo-cli

@@ -294,6 +294,15 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         only=_DEPLOYMENT,
     ),
     Setting(
+        "balance",
+        "prefix-affinity",
+        "a prompt's samples and prompts sharing leading ids on one replica, so its prefix cache serves them",
+        cli="--balance",
+        airflow="extra:balance",
+        config="balance",
+        only=_DEPLOYMENT,
+    ),
+    Setting(
         "max_attempts",
         MAX_ATTEMPTS,
         "8 attempts with backoff ride out a replica restart",

@@ -25,6 +25,7 @@ from eagle_datagen.progress import format_duration
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen_stack.api import FINISHED, AirflowApi
 from eagle_datagen_stack.processes import wait_until
+from eagle_datagen_stack.sglang_engine import missing_engine
 from eagle_datagen_stack.stack import PROJECT, LocalStack, StackOptions
 
 RELEASE_DAG = "eagle_datagen_release"
@@ -32,6 +33,10 @@ RELEASE_DAG = "eagle_datagen_release"
 DEMO_DRAFT_VOCAB = 256
 # A few faults, as a real deployment has: retried (503, dropped connections) or quarantined (no </think>).
 DEMO_FAULTS = {"error_503": 0.03, "drop": 0.01, "no_think_end": 0.03}
+# The real engine (`--engine sglang`): two CPU replicas of the tiny model behind the smg router, a few
+# prompts per category (about 60 output tokens each, ~100 tokens/s per replica on two busy cores).
+REAL_ENGINE_REPLICAS = 2
+REAL_ENGINE_CONF = {"limit": 3, "max_new_tokens": 256}
 
 
 def wait_for_category_runs(api: AirflowApi, runs: dict[str, str], stack: LocalStack, timeout_s: float) -> dict:
@@ -119,6 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=PROJECT / ".demo", help="where everything lives (emptied first)")
     parser.add_argument("--samples-per-prompt", type=int, default=2, help="generations per prompt (default 2)")
     parser.add_argument("--shard-size", type=int, default=8, help="prompts per shard, one mapped task each")
+    parser.add_argument("--engine", choices=("sim", "sglang"), default="sim",
+                        help="sim: serve-sim with faults (default); sglang: two real SGLang CPU servers (tiny model, "
+                        "`make sglang`) behind the real smg router")
+    parser.add_argument("--limit", type=int, default=None,
+                        help=f"prompts per category (default: the recipe's; {REAL_ENGINE_CONF['limit']} on sglang)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help=f"default: the recipe's; {REAL_ENGINE_CONF['max_new_tokens']} on sglang")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds to wait for the runs (default 1200)")
     parser.add_argument("--log-level", default="WARNING", help="log level of the stack's own messages")
     args = parser.parse_args(argv)
@@ -127,18 +139,33 @@ def main(argv: list[str] | None = None) -> int:
     home = args.home.resolve()
     started = time.monotonic()
     print(f"== eagle-datagen demo through Airflow: recipe {StackOptions.recipe.relative_to(PROJECT)}, home {home} ==")
+    real = args.engine == "sglang"
+    if real and missing_engine():
+        print(f"make demo: error: {missing_engine()}", file=sys.stderr)
+        return 1
     options = StackOptions(
         home=home,
         output_prefix="demo",
         sim=SimConfig(faults=DEMO_FAULTS, fault_seed=7).with_profile("fast"),  # type: ignore[arg-type]
+        engine=args.engine,
+        replicas=REAL_ENGINE_REPLICAS if real else 1,
         draft_vocab_size=DEMO_DRAFT_VOCAB,
     )
-    print("starting SeaweedFS, a stand-in SGLang server and Airflow (api-server, dag-processor, scheduler) ...")
+    inference = (
+        f"{REAL_ENGINE_REPLICAS} real SGLang CPU servers (a tiny model with made-up weights) behind the smg router"
+        if real
+        else "a stand-in SGLang server"
+    )
+    print(f"starting SeaweedFS, {inference} and Airflow (api-server, dag-processor, scheduler) ...")
     with LocalStack(options) as stack:
         assert stack.api is not None and stack.airflow is not None
         up_s = time.monotonic() - started
         print(f"up in {up_s:.0f} s: Airflow {stack.airflow.api_url}, SGLang {stack.sglang_urls[0]}, {stack.output}")
         conf = {"samples_per_prompt": args.samples_per_prompt, "shard_size": args.shard_size}
+        for key, value in (("limit", args.limit), ("max_new_tokens", args.max_new_tokens)):
+            value = value if value is not None else REAL_ENGINE_CONF[key] if real else None
+            if value is not None:
+                conf[key] = value
         dags = sorted(stack.expected_dag_ids() - {RELEASE_DAG})
         runs = {dag: stack.api.trigger(dag, conf) for dag in dags}
         print(f"triggered {len(runs)} category DAGs with {json.dumps(conf)}")

@@ -5,7 +5,9 @@
 
 brings up, under `home`:
 1. `seaweedfs/`: a SeaweedFS S3 server with the bucket `eagle` (the output root is `s3://eagle/<prefix>`);
-2. stand-in SGLang servers (threads of this process, one per replica);
+2. stand-in SGLang servers (threads of this process, one per replica), or with `engine="sglang"` real SGLang
+   CPU servers (the tiny model of `make sglang`, one process group per replica) behind the real `smg` router,
+   whose URL is then the only inference endpoint;
 3. `airflow/`: an Airflow home (SQLite by default), `airflow db migrate`, then the api-server,
    dag-processor and scheduler (plus whatever `components` adds, such as the triggerer), the connections
    `sglang_default` and `aws_default` in their environment, the `sglang` pool, and waits until every DAG
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +42,7 @@ from eagle_datagen_stack.airflow_env import (
 from eagle_datagen_stack.api import AirflowApi
 from eagle_datagen_stack.hostname import WORKER_HOSTNAME_VARIABLE
 from eagle_datagen_stack.processes import Component, free_port, http_ok, wait_until
+from eagle_datagen_stack.sglang_engine import EngineMissing, SGLangServer, SmgRouter, missing_engine, tiny_model_dir
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,7 @@ class StackOptions:
     recipe: Path = DEMO_RECIPE
     output_prefix: str = "datagen"
     sim: SimConfig = field(default_factory=lambda: SimConfig().with_profile("fast"))
+    engine: str = "sim"  # "sim": serve-sim replicas; "sglang": real SGLang replicas behind the smg router
     replicas: int = 1
     api_port: int | None = None  # None: a free port
     executor: str = "LocalExecutor"
@@ -70,6 +75,10 @@ class StackOptions:
     fresh: bool = True  # empty `home` first; False keeps the DB and the stored data of an earlier start
     startup_timeout_s: float = 240.0
 
+    def __post_init__(self) -> None:
+        if self.engine not in ("sim", "sglang"):
+            raise ValueError(f"unknown engine {self.engine!r}: use 'sim' (serve-sim) or 'sglang' (the real engine)")
+
 
 def celery_component(worker: str) -> str:
     return f"celery-worker-{worker}"
@@ -81,6 +90,8 @@ class LocalStack:
         self.home = options.home.resolve()
         self.s3: SeaweedFS | None = None
         self.sims: list[SimServerThread] = []
+        self.engines: list[SGLangServer] = []
+        self.router: SmgRouter | None = None
         self.airflow: AirflowDeployment | None = None
         self.components: dict[str, Component] = {}
         self.api: AirflowApi | None = None
@@ -92,6 +103,8 @@ class LocalStack:
 
     @property
     def sglang_urls(self) -> list[str]:
+        if self.router is not None:
+            return [self.router.url]
         return [sim.url for sim in self.sims]
 
     @property
@@ -117,9 +130,12 @@ class LocalStack:
         self.home.mkdir(parents=True, exist_ok=True)
         log.info("object store: SeaweedFS in %s", self.home / "seaweedfs")
         self.s3 = self._exit.enter_context(SeaweedFS(self.home / "seaweedfs", buckets=[BUCKET]))
-        for _ in range(opts.replicas):
-            self.sims.append(self._exit.enter_context(SimServerThread(opts.sim)))
-        log.info("stand-in SGLang: %s", ", ".join(self.sglang_urls))
+        if opts.engine == "sglang":
+            self._start_real_engine()
+        else:
+            for _ in range(opts.replicas):
+                self.sims.append(self._exit.enter_context(SimServerThread(opts.sim)))
+            log.info("stand-in SGLang: %s", ", ".join(self.sglang_urls))
         self.airflow = self.deployment()
         password = self.airflow.admin_password()
         log.info("airflow db migrate (%s)", self.airflow.home)
@@ -151,6 +167,20 @@ class LocalStack:
                 alive,
             )
         log.info("Airflow is up at %s with %d DAGs", self.airflow.api_url, len(expected))
+
+    def _start_real_engine(self) -> None:
+        reason = missing_engine()
+        if reason:
+            raise EngineMissing(reason)
+        replicas = range(self.options.replicas)
+        self.engines = [SGLangServer(tiny_model_dir(), self.logs, name=f"sglang-{i}") for i in replicas]
+        for server in self.engines:
+            self._exit.callback(server.stop)
+        log.info("%d real SGLang replicas starting side by side (25-65 s each on a CPU)", len(self.engines))
+        with ThreadPoolExecutor(len(self.engines)) as pool:
+            list(pool.map(SGLangServer.start, self.engines))  # the first failure is raised here
+        self.router = self._exit.enter_context(SmgRouter([s.url for s in self.engines], self.logs))
+        log.info("real SGLang: %s behind smg at %s", ", ".join(s.url for s in self.engines), self.router.url)
 
     def deployment(self) -> AirflowDeployment:
         opts = self.options
@@ -212,6 +242,8 @@ class LocalStack:
         self._exit.close()  # components in reverse start order, then the stand-ins, then SeaweedFS
         self.components.clear()
         self.sims.clear()
+        self.engines.clear()
+        self.router = None
 
     def __enter__(self) -> LocalStack:
         return self.start()

@@ -4,7 +4,8 @@ SGLang: an Airflow connection (conn type `http` or `generic`) whose host and por
 `https`) name one endpoint, or whose extra `{"urls": ["http://a:30000", ...]}` names several replicas.
 The extra also says what the deployment serves: `tokenizer` (a directory or hub id of the target
 model's tokenizer; `standin:kimi-k2.5` for the stand-in), and optionally `profile`, `model`,
-`trust_remote_code` and `concurrency`. For example
+`trust_remote_code`, `concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`:
+how requests spread over several replica URLs; docs/prefix_cache.md). For example
 
     AIRFLOW_CONN_SGLANG_DEFAULT='{"conn_type": "http", "host": "sglang", "port": 30000,
                                   "extra": {"tokenizer": "/models/Kimi-K2.5", "trust_remote_code": true}}'
@@ -32,7 +33,7 @@ from eagle_datagen.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-EXTRA_KEYS = {"urls", "tokenizer", "profile", "model", "trust_remote_code", "concurrency"}
+EXTRA_KEYS = {"urls", "tokenizer", "profile", "model", "trust_remote_code", "concurrency", "balance"}
 AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 REGION_VARIABLE = "AWS_DEFAULT_REGION"
 
@@ -47,6 +48,7 @@ class Deployment:
     model: str | None = None
     trust_remote_code: bool = False
     concurrency: int | None = None
+    balance: str = "prefix-affinity"
 
 
 def sglang_deployment(conn_id: str) -> Deployment:
@@ -77,6 +79,7 @@ def sglang_deployment(conn_id: str) -> Deployment:
         model=extra.get("model"),
         trust_remote_code=_flag(extra.get("trust_remote_code", False)),
         concurrency=int(extra["concurrency"]) if extra.get("concurrency") else None,
+        balance=str(extra.get("balance") or "prefix-affinity"),
     )
 
 

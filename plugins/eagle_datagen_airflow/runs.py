@@ -113,6 +113,7 @@ def run_config(
         turns=params.get("turns"),
         shard_size=params["shard_size"],
         concurrency=deployment.concurrency,
+        balance=deployment.balance,
         incremental=not params["force_regenerate"],
         per_weight_version=True,  # new weights make every sample new
         claim_ttl_s=claim_ttl_s(),

@@ -29,10 +29,10 @@ def stack(tmp_path_factory):
     (folder / "math.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     recipe = folder / "recipe.yaml"
     recipe.write_text(
-        # the recipe name of the other DAG tests: Airflow keeps one asset per name, and another URI for
-        # eagle_datagen__math would leave its asset inactive for the DAG tests that run after this one
+        # Airflow keeps one asset per name: the recipe name of the other DAG tests (the release asset's URI holds
+        # it) and a category of its own (eagle_datagen__<category>), or the other tests' assets turn inactive
         "version: 1\nname: dagtest\nseed: 7\ncategories:\n"
-        "  math:\n    sources: [math.jsonl]\n    sampling: {max_new_tokens: 160}\n",
+        "  realmath:\n    sources: [math.jsonl]\n    sampling: {max_new_tokens: 160}\n",
         encoding="utf-8",
     )
     logs = tmp_path_factory.mktemp("sglang-logs")
@@ -51,12 +51,12 @@ def test_category_dag_against_the_real_engine(stack):
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
     conf = {"shard_size": 2, "samples_per_prompt": 2, "draft_vocab_size": 16, "output": str(stack["output"])}
-    run = bag.get_dag("eagle_datagen__math").test(run_conf=conf)
+    run = bag.get_dag("eagle_datagen__realmath").test(run_conf=conf)
     tasks = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
     assert run.state == "success", tasks
     assert {k for k in tasks if k[0] == "generate_shard"} == {("generate_shard", 0), ("generate_shard", 1)}
 
-    rows = published_rows(stack["output"], run_id_for("math", run.run_id))
+    rows = published_rows(stack["output"], run_id_for("realmath", run.run_id))
     every = rows["data"] + rows["quarantine"]
     assert len(every) == len({r["sample_id"] for r in every}) == PROMPTS * 2
     assert rows["data"], "the tiny model answers validly most of the time"

@@ -26,9 +26,9 @@ def deployment(tmp_path_factory):
     lines = [json.dumps({"messages": [{"role": "user", "content": f"sum {i} and {i * 7}"}]}) for i in range(PROMPTS)]
     (folder / "math.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (folder / "recipe.yaml").write_text(
-        # the recipe name of the other DAG tests: Airflow keeps one asset per name, and another URI for
-        # eagle_datagen__math would leave its asset inactive for the DAG tests that run after this one
-        "version: 1\nname: dagtest\ncategories:\n  math:\n    sources: [math.jsonl]\n"
+        # Airflow keeps one asset per name: the recipe name of the other DAG tests (the release asset's URI holds
+        # it) and a category of its own (eagle_datagen__<category>), or the other tests' assets turn inactive
+        "version: 1\nname: dagtest\ncategories:\n  sickmath:\n    sources: [math.jsonl]\n"
         "    samples_per_prompt: 2\n    sampling: {max_new_tokens: 256}\n",
         encoding="utf-8",
     )
@@ -51,14 +51,14 @@ def test_shard_tasks_share_an_ejection_and_the_report_lists_it(deployment, caplo
     assert bag.import_errors == {}
     conf = {"shard_size": SHARD_SIZE, "draft_vocab_size": 16, "output": deployment["output"]}
     with caplog.at_level("WARNING", logger="eagle_datagen"):
-        run = bag.get_dag("eagle_datagen__math").test(run_conf=conf)
+        run = bag.get_dag("eagle_datagen__sickmath").test(run_conf=conf)
     states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
     assert all(state == "success" for state in states.values()), states
     sick = deployment["sick"].url
     assert any("taken out of rotation" in r.getMessage() and sick in r.getMessage() for r in caplog.records)
 
     out = Path(deployment["output"])
-    run_id = run_id_for("math", run.run_id)
+    run_id = run_id_for("sickmath", run.run_id)
     manifest = json.loads((out / "manifests" / f"run={run_id}.json").read_text())
     (ejection,) = manifest["counts"]["endpoints"][sick]["ejected"]
     tallies = [json.loads(p.read_text()) for p in (out / f"checkpoints/run={run_id}/endpoints").glob("tally-*.json")]

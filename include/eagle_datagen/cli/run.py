@@ -18,6 +18,7 @@ from eagle_datagen.cli.arguments import (
     top_k,
 )
 from eagle_datagen.conversation import TURNS
+from eagle_datagen.inference.affinity import BALANCE_POLICIES
 
 if TYPE_CHECKING:
     from eagle_datagen.generation.steps import RunConfig
@@ -62,6 +63,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         type=positive_int,
         metavar="N",
         help="requests in flight per endpoint (default: 1.25 x the server's max_running_requests)",
+    )
+    servers.add_argument(
+        "--balance",
+        choices=BALANCE_POLICIES,
+        default="prefix-affinity",
+        help="how requests are spread over several --sglang-url replicas: prefix-affinity sends a prompt's "
+        "samples and prompts sharing leading ids to one replica (bounded load), so its prefix cache serves "
+        "them; least-outstanding ignores the prompt (default: prefix-affinity; one URL, such as a router: "
+        "no effect)",
     )
     servers.add_argument(
         "--max-attempts",
@@ -247,6 +257,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         turns=args.turns,
         shard_size=args.shard_size,
         concurrency=args.concurrency,
+        balance=args.balance,
         incremental=args.incremental,
         per_weight_version=args.per_weight_version,
         claim_ttl_s=args.claim_ttl or settings.CLAIM_TTL_S,

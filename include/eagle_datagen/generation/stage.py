@@ -49,6 +49,7 @@ from eagle_datagen.generation.plan import (
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions, publish_run
 from eagle_datagen.generation.screen import AnswerScreen
+from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, prompt_groups, spaced_samples
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
@@ -100,6 +101,7 @@ class RunOptions:
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     shard_size: int = settings.SHARD_SIZE
     concurrency: int | None = None  # per endpoint; default from the server's max_running_requests
+    balance: str = "prefix-affinity"  # or "least-outstanding" (BALANCE_POLICIES); matters with several URLs
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
@@ -229,17 +231,24 @@ class StoredTally:
 
 
 def pending_requests(
-    root: OutputRoot, plan: RunPlan, shard_indices: list[int], done: dict[int, set[str]]
+    root: OutputRoot, plan: RunPlan, shard_indices: list[int], done: dict[int, set[str]], spacing: int = 1
 ) -> Iterator[SampleRequest]:
-    """The samples of these shards that `done` lacks, one shard in memory at a time: the next shard's plan
-    is read in a thread while this one generates, so neither the event loop nor memory holds the whole run."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="plan-reader") as reader:
-        upcoming = (reader.submit(shard_requests, root, plan, index) for index in shard_indices)
-        loading = next(upcoming, None)
-        while loading is not None:
-            requests = loading.result()  # ready by now, unless generating a shard is faster than reading one
+    """The samples of these shards that `done` lacks, one shard read at a time: the next shard's plan is read
+    in a thread while this one generates, so neither the event loop nor memory holds the whole run. Within a
+    shard, prompts sharing leading ids come side by side; a prompt's samples go out `spacing` requests apart
+    (`spaced_samples`), so that its prefix is computed once and then found in the server's cache."""
+
+    def groups() -> Iterator[list[SampleRequest]]:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="plan-reader") as reader:
+            upcoming = (reader.submit(shard_requests, root, plan, index) for index in shard_indices)
             loading = next(upcoming, None)
-            yield from (r for r in requests if r.sample_id not in done[r.shard])
+            while loading is not None:
+                requests = loading.result()  # ready by now, unless generating a shard is faster than reading one
+                loading = next(upcoming, None)
+                todo = [r for r in requests if r.sample_id not in done[r.shard]]
+                yield from prompt_groups(todo, lambda r: r.prompt_ids)
+
+    return spaced_samples(groups(), spacing)
 
 
 def pending_conversations(
@@ -297,7 +306,6 @@ async def generate_pending(
     to_do = sum(plan.shards[index].samples for index in single) - sum(len(ids) for ids in done.values())
     to_do += len(conversations)
     resumed = sum(plan.shards[index].samples for index in shard_indices) - to_do
-    pending = pending_requests(root, plan, single, done)
     endpoints = [
         Endpoint(s.url, options.concurrency or math.ceil(WINDOW_PER_SLOT * (s.max_running_requests or DEFAULT_WINDOW)))
         for s in servers
@@ -314,16 +322,21 @@ async def generate_pending(
         journal,
         by=by,
     )
-    pool = EndpointPool(endpoints, options.breaker, gate=screen.breaker)
+    if options.balance not in BALANCE_POLICIES:
+        raise ConfigError(f"unknown balance policy {options.balance!r}; known: {list(BALANCE_POLICIES)}")
+    affinity = PrefixAffinity([e.url for e in endpoints]) if options.balance == "prefix-affinity" else None
+    pool = EndpointPool(endpoints, options.breaker, affinity=affinity, gate=screen.breaker)
+    pending = pending_requests(root, plan, single, done, spacing=pool.workers)
     for key, ejection in live_ejections(root, plan.run_id):
         screen.learn(key, ejection)
     log.info(
-        "run %s: %d samples to generate, %d already done; %d in flight over %d endpoint(s)",
+        "run %s: %d samples to generate, %d already done; %d in flight over %d endpoint(s), %s",
         plan.run_id,
         to_do,
         resumed,
         pool.total_window,
         len(endpoints),
+        "prefix affinity" if pool.affinity else "least outstanding",
     )
 
     async def stored(result: SampleResult) -> None:
@@ -374,12 +387,22 @@ async def generate_pending(
             # the drain (the last jobs running alone while slots sit idle)
             conversations.sort(key=lambda j: -sum(m["role"] == "user" for m in j.messages))
             jobs = itertools.chain((conversation_job(j) for j in conversations), (sample_job(r) for r in pending))
-            await run_jobs(jobs, pool.total_window)
+            await run_jobs(jobs, pool.workers)
             progress.finish()
     finally:
         if screen.answered or screen.stopped:
             await asyncio.to_thread(journal.record_tally, screen.tally())
     log.info("endpoints: %s", pool.describe())
+    if pool.affinity is not None:
+        a = pool.affinity
+        log.info(
+            "prefix affinity: %d followed a recent placement, %d placed on the ring (%d spilled past a full "
+            "replica), %d sent elsewhere to keep slots busy",
+            a.followed,
+            a.placed,
+            a.spilled,
+            pool.stolen,
+        )
     return resumed, to_do, client
 
 

@@ -73,6 +73,7 @@ class RunConfig:
     turns: str | None = None  # last | each; None: the recipe's
     shard_size: int = settings.SHARD_SIZE
     concurrency: int | None = None
+    balance: str = "prefix-affinity"
     incremental: bool = False
     per_weight_version: bool = False
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
@@ -161,6 +162,7 @@ class RunConfig:
             ),
             shard_size=self.shard_size,
             concurrency=self.concurrency,
+            balance=self.balance,
             retry=RetryPolicy(max_attempts=self.max_attempts, request_timeout_s=self.request_timeout_s),
             breaker=BreakerPolicy(give_up_after_s=self.give_up_after_s),
             checkpoint=CheckpointPolicy(max_samples=self.checkpoint_every, max_age_s=self.checkpoint_interval_s),

@@ -139,7 +139,7 @@ class GenerateClient:
         avoid: str | None = None  # after a server fault: another endpoint, when there is one
         for attempt in range(1, self.policy.max_attempts + 1):
             try:
-                endpoint = await self.pool.acquire(avoid)
+                endpoint = await self.pool.acquire(request.prompt_ids, avoid)
             except NoEndpointAvailable as exc:
                 self.stats.failures["no_endpoint"] += 1
                 result.error, result.retryable = f"no_endpoint: {exc}", True

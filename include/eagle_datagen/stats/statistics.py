@@ -360,7 +360,15 @@ def compute_statistics(
             tokens[kind] = int(values.sum())
         without_think_end = valid - dists["reasoning"]["count"]
         cache_totals = [sum(cache.get(c, [0, 0, 0])[i] for c in selected) for i in range(3)]
+        sent, cached = cache_totals[2], cache_totals[1]
         return {
+            # every sample whose server reported cached_tokens (data and quarantine): GPU prefill work
+            "prefill": {
+                "prompt_tokens_sent": sent,
+                "cached_tokens": cached,
+                "computed_tokens": sent - cached,
+                "cached_share": cached / sent if sent else None,
+            },
             "samples": valid + n_quarantined,
             "valid": valid,
             "quarantined": n_quarantined,

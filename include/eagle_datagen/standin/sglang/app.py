@@ -11,6 +11,7 @@ from aiohttp import web
 
 from eagle_datagen.standin.sglang.config import FaultRates
 from eagle_datagen.standin.sglang.generate import handle_generate
+from eagle_datagen.standin.sglang.loads import loads_body
 from eagle_datagen.standin.sglang.metrics import render_metrics
 from eagle_datagen.standin.sglang.state import STATE_KEY, SimState
 
@@ -59,7 +60,7 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "model_path": cfg.model_path,
         "tokenizer_path": cfg.tokenizer_path or cfg.model_path,
         "tokenizer_mode": "auto",
-        "skip_tokenizer_init": False,
+        "skip_tokenizer_init": state.codec is None,  # no tokenizer: no `text` in answers, as with the flag
         "load_format": "auto",
         "trust_remote_code": True,
         "context_length": cfg.context_length,
@@ -75,12 +76,13 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "max_running_requests": cfg.max_running_requests,
         "max_queued_requests": cfg.max_queued_requests,
         "max_total_tokens": None,
+        "disable_radix_cache": cfg.prefix_cache_tokens == 0,
+        "page_size": 1,
         "chunked_prefill_size": 8192,
         "schedule_policy": "fcfs",
         "tp_size": cfg.tp_size,
         "dp_size": 1,
         "stream_interval": cfg.stream_interval,
-        "stream_output": False,
         "enable_metrics": True,
         "weight_version": cfg.weight_version,
         "enable_deterministic_inference": cfg.enable_deterministic_inference,
@@ -91,6 +93,7 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "sglang_sim": {
             "decode_s_per_token": cfg.decode_s_per_token,
             "prefill_s_per_token": cfg.prefill_s_per_token,
+            "prefix_cache_tokens": cfg.prefix_cache_tokens,
             "output_tokens": [cfg.output_tokens_min, cfg.output_tokens_max],
             "faults": state.faults.rates.to_dict(),
         },
@@ -102,10 +105,6 @@ async def server_info(request: web.Request) -> web.Response:
     return _json(server_info_body(state, *state.address))
 
 
-async def weight_version(request: web.Request) -> web.Response:
-    return _json({"weight_version": _state(request).config.weight_version})
-
-
 async def models(request: web.Request) -> web.Response:
     cfg = _state(request).config
     card = {
@@ -114,17 +113,25 @@ async def models(request: web.Request) -> web.Response:
         "created": int(time.time()),
         "owned_by": "sglang",
         "root": cfg.model_path,
+        "parent": None,
         "max_model_len": cfg.context_length,
     }
     return _json({"object": "list", "data": [card]})
 
 
 async def flush_cache(request: web.Request) -> web.Response:
-    return web.Response(status=200, text=FLUSH_CACHE_TEXT)
+    state = _state(request)
+    if state.pool.running == 0 and state.pool.queued == 0:  # SGLang refuses to flush while requests run
+        state.prefix_cache.clear()
+    return web.Response(status=200, text=FLUSH_CACHE_TEXT)  # SGLang's names no content type (docs/real-engine.md)
 
 
 async def metrics(request: web.Request) -> web.Response:
     return web.Response(text=render_metrics(_state(request)), content_type="text/plain", charset="utf-8")
+
+
+async def loads(request: web.Request) -> web.Response:
+    return _json(loads_body(_state(request)))
 
 
 async def sim_stats(request: web.Request) -> web.Response:
@@ -174,8 +181,21 @@ async def sim_reset_stats(request: web.Request) -> web.Response:
     return _json({"reset": True})
 
 
+@web.middleware
+async def not_found_as_json(request: web.Request, handler) -> web.StreamResponse:
+    """An unknown path is FastAPI's 404 `{"detail": "Not Found"}`, as on the real server. Requests other than
+    /generate and /sim/* are counted by path (/sim/stats "polls"), so a test sees what a router polls."""
+    if request.path != "/generate" and not request.path.startswith("/sim/"):
+        _state(request).stats.polls[f"{request.method} {request.path}"] += 1
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return _json({"detail": "Not Found"}, 404)
+
+
 def build_app(state: SimState) -> web.Application:
-    app = web.Application(client_max_size=256 << 20)  # a 262k-token prompt is ~2 MB of JSON; batches more
+    # a 262k-token prompt is ~2 MB of JSON; batches more
+    app = web.Application(client_max_size=256 << 20, middlewares=[not_found_as_json])
     app[STATE_KEY] = state
     app.router.add_route("POST", "/generate", handle_generate)
     app.router.add_route("PUT", "/generate", handle_generate)
@@ -185,11 +205,11 @@ def build_app(state: SimState) -> web.Application:
         app.router.add_get(path, model_info)
     for path in ("/get_server_info", "/server_info"):
         app.router.add_get(path, server_info)
-    app.router.add_get("/get_weight_version", weight_version)
     app.router.add_get("/v1/models", models)
     app.router.add_route("GET", "/flush_cache", flush_cache)
     app.router.add_route("POST", "/flush_cache", flush_cache)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/loads", loads)
     app.router.add_get("/sim/stats", sim_stats)
     app.router.add_post("/sim/faults", sim_faults)
     app.router.add_post("/sim/restart", sim_restart)

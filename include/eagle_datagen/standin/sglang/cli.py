@@ -150,6 +150,20 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"requests that may wait for a slot; more get 503 (default: {d.max_queued_requests})",
     )
     speed.add_argument(
+        "--prefix-cache-tokens",
+        type=lambda text: int(_number(int, 0, text)),
+        default=d.prefix_cache_tokens,
+        metavar="N",
+        help=f"KV kept for prefix reuse (SGLang's radix cache), in tokens, LRU-evicted; cached prompt tokens skip "
+        f"prefill and are reported as meta_info.cached_tokens (default: {d.prefix_cache_tokens:,}, what an "
+        "8 x H200 Kimi-K2.5 replica has left beside 64 running requests)",
+    )
+    speed.add_argument(
+        "--disable-radix-cache",
+        action="store_true",
+        help="no prefix cache: every prompt is prefilled in full, cached_tokens is 0 (as SGLang's flag)",
+    )
+    speed.add_argument(
         "--prefill-ms-per-1k-tokens",
         type=non_negative,
         metavar="MS",
@@ -209,6 +223,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         vocab_size=args.vocab_size,
         max_running_requests=args.max_running_requests,
         max_queued_requests=args.max_queued_requests,
+        prefix_cache_tokens=0 if args.disable_radix_cache else args.prefix_cache_tokens,
         startup_seconds=args.startup_seconds,
         faults=FaultRates(**{kind: getattr(args, f"fault_{kind}") for kind in FAULT_FLAGS}),
         fault_seed=args.fault_seed,

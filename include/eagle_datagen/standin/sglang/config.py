@@ -70,6 +70,11 @@ class SimConfig:
     max_queued_requests: int = 4096
     prefill_s_per_token: float = 0.00002
     decode_s_per_token: float = 0.025
+    # KV held for prefix reuse (SGLang's radix cache), in tokens; 0 disables it (--disable-radix-cache). A
+    # Kimi-K2.5 replica on 8 x H200 (TP 8, INT4 weights ~74 GB per GPU, MLA latent KV of ~69 KiB per token
+    # replicated on every GPU) has room for ~700k tokens of KV; 64 running requests hold ~200k of it, so about
+    # 500k are left for cached prefixes (docs/prefix_cache.md).
+    prefix_cache_tokens: int = 500_000
     stream_interval: int = 8  # tokens per streamed event, unless the request sets its own
     startup_seconds: float = 0.0  # /health_generate answers 503 this long after every (re)start
     # outputs
@@ -92,7 +97,8 @@ class SimConfig:
         for name in ("context_length", "vocab_size", "ordinary_vocab", "max_running_requests", "stream_interval"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1")
-        for name in ("max_queued_requests", "prefill_s_per_token", "decode_s_per_token", "startup_seconds"):
+        non_negative = ("max_queued_requests", "prefix_cache_tokens", "prefill_s_per_token", "decode_s_per_token")
+        for name in (*non_negative, "startup_seconds"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must not be negative")
         if self.slow_seconds < 0 or self.restart_downtime_s < 0:

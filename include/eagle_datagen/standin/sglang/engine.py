@@ -76,8 +76,11 @@ class SimStats:
 
     outcomes: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
+    polls: Counter[str] = field(default_factory=Counter)  # other requests ("GET /metrics"): a router's polls
     items: int = 0  # generations finished (a batch item or one of n samples each count once)
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache (meta_info.cached_tokens)
+    prefill_passes: int = 0  # prompts prefilled: one per generation, plus n > 1's prefill-only pass
     generation_tokens: int = 0
     restarts: int = 0
     first_request_at: float | None = None  # wall clock (time.time())
@@ -91,6 +94,11 @@ class SimStats:
             self.first_request_mono = time.monotonic()
         self.last_request_at = now
 
+    def count_prefill(self, prompt_tokens: int, cached_tokens: int) -> None:
+        self.prefill_passes += 1
+        self.prompt_tokens += prompt_tokens
+        self.cached_tokens += cached_tokens
+
     def occupancy(self, pool: SlotPool) -> float:
         if self.first_request_mono is None:
             return 0.0
@@ -101,6 +109,7 @@ class SimStats:
         return {
             "requests": {"total": sum(self.outcomes.values()), "by_outcome": dict(self.outcomes)},
             "faults": dict(self.faults),
+            "polls": dict(self.polls),
             "generations": self.items,
             "running": pool.running,
             "queued": pool.queued,
@@ -111,6 +120,9 @@ class SimStats:
             "first_request_at": self.first_request_at,
             "last_request_at": self.last_request_at,
             "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "computed_prompt_tokens": self.prompt_tokens - self.cached_tokens,
+            "prefill_passes": self.prefill_passes,
             "generation_tokens": self.generation_tokens,
             "restarts": self.restarts,
         }

@@ -2,7 +2,10 @@
 
 Order of events for one request: the router's faults (429, 408), SGLang's validation (400, 500), SGLang's
 queue (503, injected or real), a dropped connection, a slow answer, then each prompt (or sample) takes a
-slot for prefill_s_per_token x prompt + decode_s_per_token x output seconds.
+slot for prefill_s_per_token x (prompt - cached prefix) + decode_s_per_token x output seconds. The prefix
+cache (prefix_cache.py) is matched when the request takes its slot, holds the prompt once its prefill has run
+and the whole sequence once it finishes; `n > 1` first prefills the prompt alone, as SGLang's tokenizer manager
+does ("Cache the common prefix for parallel sampling"), so its n samples find it cached.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from eagle_datagen.standin.sglang.protocol import (
     GenerateItem,
     GenerateRequest,
     InvalidBody,
+    SchemaError,
+    Timing,
     UncaughtError,
     parse_generate,
     response_object,
@@ -91,11 +96,11 @@ async def _generate(request: web.Request, state: SimState, arrived: float) -> we
         return _json(ROUTER_408_BODY, 408)
     try:
         parsed = parse_generate(body, state.config, state.codec.encode if state.codec else None)
-    except InvalidBody as exc:
+    except (InvalidBody, SchemaError) as exc:  # refused before a stream starts
         return _json(exc.body(), 400)
     except BadRequest as exc:
         if stream:  # SGLang validates inside its stream: a 200, then the error as an event
-            return await _stream_error(request, exc.body())
+            return await _stream_error(request, exc.stream_event())
         return _json(exc.body(), 400)
     except UncaughtError:
         if stream:  # the stream has started when SGLang's uncaught error breaks it
@@ -134,6 +139,7 @@ async def _run_all(
     state: SimState, parsed: GenerateRequest, item_faults: list[ItemFaults], arrived: float, emit: Emit | None
 ) -> list[dict[str, Any]]:
     """Every item in its own slot, concurrently."""
+    await _warm_prefixes(state, parsed)
     return await _concurrently(
         [run_item(state, item, faults, arrived, emit) for item, faults in zip(parsed.items, item_faults, strict=True)]
     )
@@ -154,14 +160,38 @@ async def _concurrently(coros: list[Awaitable[Any]]) -> list[Any]:
     return [task.result() for task in tasks]
 
 
+async def _warm_prefixes(state: SimState, parsed: GenerateRequest) -> None:
+    """n > 1: one prefill-only pass per prompt before its samples (SGLang sends max_new_tokens=0 first)."""
+    if not state.prefix_cache.enabled or all(item.sampling.n == 1 for item in parsed.items):
+        return
+    prompts = {id(item.prompt_ids): item.prompt_ids for item in parsed.items}
+    await _concurrently([_prefill_only(state, ids) for ids in prompts.values()])
+
+
+async def _prefill_only(state: SimState, prompt_ids: list[int]) -> None:
+    await state.pool.acquire()
+    try:
+        cached = state.prefix_cache.match(prompt_ids)
+        await _sleep(state.config.prefill_s_per_token * (len(prompt_ids) - cached))
+        state.prefix_cache.insert(prompt_ids)
+    finally:
+        state.pool.release()
+    state.stats.count_prefill(len(prompt_ids), cached)
+
+
 async def run_item(
     state: SimState, item: GenerateItem, faults: ItemFaults, arrived: float, emit: Emit | None
 ) -> dict[str, Any]:
     """Generate one output, holding a slot for its modelled time; `emit` receives the streamed partials."""
     cfg = state.config
     sampling = item.sampling
+    phases = {"started": arrived, "prefilled": arrived}  # monotonic times, set as the request gets there
+    cached = 0  # set once the request has its slot; the partial results of a stream carry it too
 
     def result(output_ids: list[int], finish: dict | None, completion_tokens: int) -> dict[str, Any]:
+        now = time.monotonic()
+        wall = time.time() - now  # monotonic -> wall-clock seconds, as meta_info reports them
+        timing = Timing(arrived + wall, phases["started"] + wall, phases["prefilled"] + wall, now + wall)
         return response_object(
             text=state.text(output_ids, sampling.skip_special_tokens),
             output_ids=output_ids,
@@ -169,7 +199,8 @@ async def run_item(
             finish_reason=finish,
             prompt_tokens=reported_prompt_tokens(item.prompt_ids, faults),
             completion_tokens=completion_tokens,
-            e2e_latency=time.monotonic() - arrived,
+            timing=timing,
+            cached_tokens=cached,
             weight_version=cfg.weight_version,
         )
 
@@ -194,16 +225,22 @@ async def run_item(
     output_ids, completion_tokens = apply_output_faults(generation.output_ids, item.prompt_ids, faults, think_ids)
     decoded = len(generation.output_ids)  # the tokens the model "ran" for, whatever the faults did
     await state.pool.acquire()
+    phases["started"] = time.monotonic()
     try:
-        await _sleep(cfg.prefill_s_per_token * len(item.prompt_ids))
+        cached = state.prefix_cache.match(item.prompt_ids)
+        await _sleep(cfg.prefill_s_per_token * (len(item.prompt_ids) - cached))
+        state.prefix_cache.insert(item.prompt_ids)
+        phases["prefilled"] = time.monotonic()
         if emit is None:
             await _sleep(cfg.decode_s_per_token * decoded)
         else:
             await _stream_partials(state, item, output_ids, faults.echo, decoded, emit, result)
     finally:
         state.pool.release()
+    # SGLang caches the finished sequence (prompt + output, the last id's KV was never computed)
+    state.prefix_cache.insert(item.prompt_ids + generation.output_ids[:-1])
     state.stats.items += 1
-    state.stats.prompt_tokens += len(item.prompt_ids)
+    state.stats.count_prefill(len(item.prompt_ids), cached)
     state.stats.generation_tokens += completion_tokens
     return result(output_ids, generation.finish_reason, completion_tokens)
 
@@ -270,6 +307,7 @@ async def _stream(
         return final
 
     try:
+        await _warm_prefixes(state, parsed)
         await _concurrently([emit_final(item, faults) for item, faults in zip(parsed.items, item_faults, strict=True)])
     except QueueFull:
         await response.write(_sse(_queue_full_event()))

@@ -16,8 +16,10 @@ def render_metrics(state: SimState) -> str:
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, samples: list[tuple[str, str, float]]) -> None:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
+        # SGLang's multiprocess exposition names a counter's family with its _total suffix
+        title = f"{name}_total" if kind == "counter" else name
+        lines.append(f"# HELP {title} {help_text}")
+        lines.append(f"# TYPE {title} {kind}")
         for suffix, labels, value in samples:
             lines.append(f"{name}{suffix}{{{labels}}} {float(value)}")
 
@@ -28,6 +30,18 @@ def render_metrics(state: SimState) -> str:
         "counter",
         "Number of prefill tokens processed.",
         [("_total", model, stats.prompt_tokens)],
+    )
+    family(
+        "sglang:cached_tokens",
+        "counter",
+        "Number of cached prompt tokens.",
+        [("_total", model, stats.cached_tokens)],
+    )
+    family(
+        "sglang:cache_hit_rate",
+        "gauge",
+        "The prefix cache hit rate.",
+        [("", model, stats.cached_tokens / stats.prompt_tokens if stats.prompt_tokens else 0.0)],
     )
     family(
         "sglang:generation_tokens",

@@ -1,13 +1,19 @@
 """SGLang's /generate request contract: parsing, validation (with SGLang's own messages) and response bodies.
 
-Three kinds of failure, as SGLang (FastAPI) produces them:
-- `BadRequest`: SGLang raises ValueError -> 400 `{"error": {"message": ...}}` (in a stream: a `data:` event);
+Four kinds of failure, as SGLang 0.5.23 produces them (checked against the real server by
+tests/engine/test_differential.py):
+- `SchemaError`: `sampling_params` (or `stream`) does not fit its schema (an unknown key, a wrong type) ->
+  400 `{"error": "unknown field ..."}` / `{"error": "invalid type: ..."}`, before any stream starts;
+- `BadRequest`: SGLang raises ValueError -> 400 `{"error": {"message": ...}}` (in a stream: a 200, then a
+  `data: {"error": {"message", "type", "code", "retryable"}}` event);
 - `InvalidBody`: the body does not fit GenerateReqInput's types -> 400 `{"object": "error", ...}`;
-- `UncaughtError`: SGLang does not catch it (e.g. an unknown sampling key) -> 500 `Internal Server Error`.
+- `UncaughtError`: SGLang does not catch it (a list of sampling_params for one prompt) -> 500
+  `Internal Server Error`.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,38 +21,27 @@ from typing import Any
 
 from eagle_datagen.standin.sglang.config import SimConfig
 
-# SGLang's SamplingParams fields; any other key makes SamplingParams(**params) raise a TypeError.
-SAMPLING_KEYS = frozenset(
-    {
-        "max_new_tokens",
-        "min_new_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "frequency_penalty",
-        "presence_penalty",
-        "repetition_penalty",
-        "stop",
-        "stop_token_ids",
-        "stop_regex",
-        "ignore_eos",
-        "skip_special_tokens",
-        "spaces_between_special_tokens",
-        "no_stop_trim",
-        "n",
-        "json_schema",
-        "regex",
-        "ebnf",
-        "structural_tag",
-        "sampling_seed",
-        "custom_params",
-        "stream_interval",
-        "logit_bias",
-    }
-)
+# SGLang 0.5.23's sampling_params schema, in its order (the order its "unknown field" message lists them).
+SAMPLING_KEY_ORDER = (
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema", "regex",
+    "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+    "stream_interval", "logit_bias", "sampling_seed", "custom_params", "beam_width", "watermark", "choice",
+)  # fmt: skip
+SAMPLING_KEYS = frozenset(SAMPLING_KEY_ORDER)
+# The schema's types for the keys the stand-in checks: what its "invalid type" message says it expected.
+FLOAT_KEYS = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty")
+INT_KEYS = ("max_new_tokens", "top_k", "min_new_tokens", "n", "stream_interval", "sampling_seed")
+BOOL_KEYS = ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim")
 TOP_K_ALL = 1 << 30
 SAMPLING_EPS = 1e-6
+
+
+class SchemaError(Exception):
+    """The sampling schema refused the body: HTTP 400 with `{"error": "<message>"}`, even for a stream."""
+
+    def body(self) -> dict[str, Any]:
+        return {"error": str(self)}
 
 
 class BadRequest(Exception):
@@ -54,6 +49,10 @@ class BadRequest(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": str(self)}}
+
+    def stream_event(self) -> dict[str, Any]:
+        """The same error as the event of a stream that has already answered 200."""
+        return {"error": {"message": str(self), "type": "invalid_request_error", "code": 400, "retryable": False}}
 
 
 class InvalidBody(Exception):
@@ -109,16 +108,26 @@ def parse_generate(body: Any, config: SimConfig, encode: Callable[[str], list[in
     """Check a /generate body in SGLang's order and expand it into one item per prompt and sample."""
     if not isinstance(body, dict):
         raise InvalidBody("the request body must be a JSON object (GenerateReqInput)")
-    stream = body.get("stream") or False
+    stream = body.get("stream")
+    if stream is None:
+        stream = False
     if not isinstance(stream, bool):
-        raise InvalidBody(f"stream must be a boolean, got {stream!r}")
-    prompts, single = _prompts(body, encode)
+        raise SchemaError(f"invalid type: {_serde_kind(stream)}, expected a boolean")
+    rid = body.get("rid")
+    if rid is not None and not isinstance(rid, str | list):
+        raise InvalidBody(f"rid: Input should be a valid string or a valid list, got {rid!r}")
     params = body.get("sampling_params")
     if params is None:
         params = {}
+    for raw in params if isinstance(params, list) else [params]:
+        if isinstance(raw, dict):
+            check_sampling_schema(raw)
+    prompts, single = _prompts(body, encode)
     if isinstance(params, dict):
         per_prompt = [params] * len(prompts)
-    elif isinstance(params, list) and not single and all(isinstance(p, dict) for p in params):
+    elif isinstance(params, list) and single:
+        raise UncaughtError("a list of sampling_params for a single prompt")
+    elif isinstance(params, list) and all(isinstance(p, dict) for p in params):
         if len(params) != len(prompts):
             raise BadRequest("The length of sampling_params should be equal to the batch size.")
         per_prompt = params
@@ -135,7 +144,7 @@ def parse_generate(body: Any, config: SimConfig, encode: Callable[[str], list[in
     if any(s.n != n for s in samplings):
         raise BadRequest("The parallel_sample_num should be the same for all samples in sample params.")
     single = single and n == 1
-    rids = _rids(body.get("rid"), len(prompts), single)
+    rids = _rids(rid, len(prompts), single)
     items = []
     for p, (ids, sampling) in enumerate(zip(prompts, samplings, strict=True)):
         for j in range(n):
@@ -149,9 +158,9 @@ def _prompts(body: dict, encode: Callable[[str], list[int]] | None) -> tuple[lis
     input_ids, text = body.get("input_ids"), body.get("text")
     if body.get("input_embeds") is not None:
         raise BadRequest("The SGLang stand-in does not accept input_embeds; send input_ids.")
-    if (input_ids is None) == (text is None):
+    if input_ids is None and text is None:
         raise BadRequest("Either text, input_ids or input_embeds should be provided.")
-    if text is not None:
+    if input_ids is None:  # with both, SGLang generates from input_ids
         if not (isinstance(text, str) or (isinstance(text, list) and all(isinstance(t, str) for t in text))):
             raise InvalidBody("text must be a string or a list of strings")
         if encode is None:
@@ -168,9 +177,7 @@ def _prompts(body: dict, encode: Callable[[str], list[int]] | None) -> tuple[lis
     if _ids_list(input_ids):
         return [input_ids], True
     if all(_ids_list(ids) for ids in input_ids):
-        if any(not ids for ids in input_ids):
-            raise BadRequest("input_ids cannot be empty.")
-        return input_ids, False
+        return input_ids, False  # an empty prompt inside a batch is served, as SGLang does
     raise InvalidBody("input_ids must be a list of integers or a list of lists of integers")
 
 
@@ -208,6 +215,38 @@ def _rids(rid: Any, prompts: int, single: bool) -> list[str]:
     raise BadRequest("The rid should be a string or a list of strings.")
 
 
+def _serde_kind(value: Any) -> str:
+    """How the sampling schema's messages name a JSON value of the wrong type."""
+    if isinstance(value, bool):
+        return f"boolean `{str(value).lower()}`"
+    if isinstance(value, int):
+        return f"integer `{value}`"
+    if isinstance(value, float):
+        return f"floating point `{value}`"
+    if isinstance(value, str):
+        return f"string {json.dumps(value)}"
+    return "sequence" if isinstance(value, list) else "map"
+
+
+def check_sampling_schema(params: dict[str, Any]) -> None:
+    """The checks SGLang's sampling schema makes before any value check: known keys, JSON types."""
+    unknown = [key for key in params if key not in SAMPLING_KEYS]
+    if unknown:
+        expected = ", ".join(f"`{k}`" for k in SAMPLING_KEY_ORDER)
+        raise SchemaError(f"unknown field `{unknown[0]}`, expected one of {expected}")
+    for key, value in params.items():
+        if value is None:
+            continue
+        if key in FLOAT_KEYS and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise SchemaError(f"invalid type: {_serde_kind(value)}, expected f64")
+        if key in INT_KEYS and not is_int(value):
+            raise SchemaError(f"invalid type: {_serde_kind(value)}, expected i64")
+        if key in BOOL_KEYS and not isinstance(value, bool):
+            raise SchemaError(f"invalid type: {_serde_kind(value)}, expected a boolean")
+        if key == "stop_token_ids" and not isinstance(value, list):
+            raise SchemaError(f"invalid type: {_serde_kind(value)}, expected a sequence")
+
+
 def _number(params: dict, name: str, default: float) -> float:
     value = params.get(name)
     if value is None:
@@ -230,9 +269,7 @@ def _integer(params: dict, name: str, default: int | None) -> int | None:
 
 def parse_sampling(params: dict[str, Any], config: SimConfig) -> Sampling:
     """SamplingParams(**params).verify(vocab_size), with SGLang's checks, order and messages."""
-    unknown = sorted(set(params) - SAMPLING_KEYS)
-    if unknown:
-        raise UncaughtError(f"SamplingParams.__init__() got an unexpected keyword argument {unknown[0]!r}")
+    check_sampling_schema(params)
     temperature = _number(params, "temperature", 1.0)
     top_p = _number(params, "top_p", 1.0)
     min_p = _number(params, "min_p", 0.0)
@@ -242,7 +279,7 @@ def parse_sampling(params: dict[str, Any], config: SimConfig) -> Sampling:
     if top_k == -1:
         top_k = TOP_K_ALL
     if temperature < 0.0:
-        raise BadRequest(f"temperature must be non-negative, got {temperature}.")
+        raise BadRequest(f"temperature must be a non-negative finite number, got {float(temperature)}.")
     if not 0.0 < top_p <= 1.0:
         raise BadRequest(f"top_p must be in (0, 1], got {top_p}.")
     if not 0.0 <= min_p <= 1.0:
@@ -278,6 +315,8 @@ def parse_sampling(params: dict[str, Any], config: SimConfig) -> Sampling:
     if not _ids_list(stop_token_ids):
         raise BadRequest(f"stop_token_ids must be a list of token ids, got {stop_token_ids!r}.")
     n = _integer(params, "n", 1)
+    if n == 0:
+        n = 1  # SGLang serves n 0 as one sample
     if n < 1:
         raise BadRequest(f"n must be at least 1, got {n}.")
     stream_interval = _integer(params, "stream_interval", None)
@@ -296,28 +335,64 @@ def parse_sampling(params: dict[str, Any], config: SimConfig) -> Sampling:
     )
 
 
+@dataclass(frozen=True)
+class Timing:
+    """When one request's phases happened (wall-clock seconds), for meta_info's timing keys."""
+
+    received: float  # the request arrived
+    started: float  # it left the queue for a slot
+    prefilled: float  # its prompt was processed (the first token is out)
+    now: float  # this answer (or stream event) is sent
+
+    @classmethod
+    def untimed(cls, now: float) -> Timing:
+        return cls(now, now, now, now)
+
+
 def response_object(
     *,
-    text: str,
+    text: str | None,
     output_ids: list[int],
     rid: str,
     finish_reason: dict[str, Any] | None,
     prompt_tokens: int,
     completion_tokens: int,
-    e2e_latency: float,
+    timing: Timing,
     weight_version: str,
+    cached_tokens: int = 0,
 ) -> dict[str, Any]:
-    """One /generate result, as SGLang's tokenizer manager builds it."""
-    return {
-        "text": text,
-        "output_ids": output_ids,
-        "meta_info": {
-            "id": rid,
-            "finish_reason": finish_reason,
-            "prompt_tokens": prompt_tokens,
-            "weight_version": weight_version,
-            "completion_tokens": completion_tokens,
-            "cached_tokens": 0,
-            "e2e_latency": e2e_latency,
-        },
+    """One /generate result (or, with finish_reason None, a stream's partial result), as SGLang 0.5.23 with
+    --enable-metrics builds it: `text` only with a tokenizer (SGLang started with --skip-tokenizer-init has
+    none), meta_info with the same keys (tests/engine/test_differential.py compares them)."""
+    meta: dict[str, Any] = {
+        "id": rid,
+        "finish_reason": finish_reason,
+        "prompt_tokens": prompt_tokens,
+        "weight_version": weight_version,
+        "num_retractions": 0,
+        "storage_prefetch_wait": 0.0,
+        "storage_staging_wait": 0.0,
+        "forward_entry_time": timing.started,
+        "prefill_finished_time": timing.prefilled,
+        "queue_time": timing.started - timing.received,
+        "reasoning_tokens": 0,  # counted only by a reasoning parser, which the pipeline never runs
+        "completion_tokens": completion_tokens,
+        "cached_tokens": cached_tokens,
+        "cached_tokens_details": {"device": cached_tokens, "host": 0} if cached_tokens else None,
+        "dp_rank": None,
+        "response_sent_to_client_ts": timing.now,
     }
+    if finish_reason is not None:  # the final result adds the request's totals
+        e2e = timing.now - timing.received
+        meta.update(
+            weight_versions=[{"version": weight_version, "start": 0, "end": completion_tokens}],
+            e2e_latency=e2e,
+            request_received_ts=timing.received,
+            first_token_latency=timing.prefilled - timing.received,
+            api_server_dispatch_finish_ts=timing.received,
+            request_finished_ts=timing.now,
+        )
+        if completion_tokens:
+            meta["decode_throughput"] = completion_tokens / max(timing.now - timing.prefilled, 1e-6)
+    answer: dict[str, Any] = {"output_ids": output_ids, "meta_info": meta}
+    return answer if text is None else {"text": text, **answer}

@@ -83,6 +83,7 @@ class SimServer:
                 return
             log.info("SGLang stand-in restarting: down for %.2fs", downtime_s)
             self.state.stats.restarts += 1
+            self.state.prefix_cache.clear()  # a restarted process starts with an empty KV cache
             await self._go_down()
             await asyncio.sleep(downtime_s)
             if not self._stopped:

@@ -12,6 +12,7 @@ from eagle_datagen.standin.sglang.config import FaultRates, SimConfig
 from eagle_datagen.standin.sglang.engine import SimStats, SlotPool
 from eagle_datagen.standin.sglang.faults import FaultInjector
 from eagle_datagen.standin.sglang.outputs import OutputModel
+from eagle_datagen.standin.sglang.prefix_cache import PrefixCache
 from eagle_datagen.standin.sglang.text import load_codec
 
 
@@ -22,6 +23,7 @@ class SimState:
         known = self.codec.ordinary_ids(config.ordinary_vocab) if self.codec is not None else None
         self.outputs = OutputModel(config, known)
         self.pool = SlotPool(config.max_running_requests, config.max_queued_requests)
+        self.prefix_cache = PrefixCache(config.prefix_cache_tokens)  # emptied by /flush_cache and restarts
         self.stats = SimStats()
         self.faults = FaultInjector(config.faults, config.fault_seed)
         self.ready_at = time.monotonic() + config.startup_seconds
@@ -45,8 +47,9 @@ class SimState:
         self.stats = SimStats()
         self.pool.reset_busy()
 
-    def text(self, ids: list[int], skip_special_tokens: bool) -> str:
-        return self.codec.decode(ids, skip_special_tokens) if self.codec is not None else ""
+    def text(self, ids: list[int], skip_special_tokens: bool) -> str | None:
+        """The decoded text; None without a tokenizer (SGLang with --skip-tokenizer-init sends no `text`)."""
+        return self.codec.decode(ids, skip_special_tokens) if self.codec is not None else None
 
 
 STATE_KEY = web.AppKey("sglang_sim_state", SimState)

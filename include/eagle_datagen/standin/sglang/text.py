@@ -1,6 +1,7 @@
 """Optional text for /generate: decode (and encode) with a real tokenizer when the server is given one.
 
-Without a tokenizer `text` is "" and only `input_ids` are accepted: the pipeline never reads text, and
+Without a tokenizer there is no `text` (as with SGLang's --skip-tokenizer-init) and only `input_ids` are
+accepted: the pipeline never reads text, and
 loading transformers would slow every test that starts a server.
 """
 

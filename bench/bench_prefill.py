@@ -1,0 +1,292 @@
+"""Prefill benchmark: how much prompt the replicas compute, least-outstanding against prefix affinity.
+
+Servers are stand-in SGLang processes (`eagle-datagen serve-sim`, 64 slots, the default prefix cache of
+500,000 tokens each, LRU); the client is the real `run_generation` (K = --samples samples per prompt, one
+window over all shards, checkpoints; publishing skipped) in its own subprocess, with `--balance` set to each
+policy in turn, interleaved within every repeat on fresh servers. Prompts (JSONL, rendered by the stand-in
+Kimi-K2.5 tokenizer): categories whose prompts share a system prompt of 200-1,500 ids, user messages that
+bring single prompts to 500-4,000 ids, and conversations of 4 steps whose prompts extend each other (each a
+record of its own, as a multi-turn dataset has them), 500-4,000 ids.
+
+Figures per case (profile, replicas, policy):
+- prefill computed / ideal: the servers' computed prompt tokens (prompt - cached_tokens, from /sim/stats,
+  reset as generation starts, so the canary does not count) over the ideal: every distinct prefix computed
+  once (the trie of the distinct prompts), plus each category's shared prefix once more on every further
+  replica, plus the one id SGLang always computes for every further sample of a prompt;
+- cached share: cached / prompt tokens sent;
+- whole-run occupancy: busy slot-seconds / (64 x (last completion - first request)), the worse replica;
+- requests/s over the generation phase, and client CPU-seconds per 1,000 requests (getrusage).
+
+Run (about 18 minutes with the defaults on 2 cores):
+`EAGLE_DATAGEN_CACHE=.cache HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error .venv/bin/python bench/bench_prefill.py
+[--cases fast:2,fast:4,realistic:4] [--fast-seconds 30] [--realistic-seconds 300] [--samples 4] [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_generate import SLOTS, Server, cpu_seconds, http_json, mean_request_seconds  # noqa: E402
+
+POLICIES = ("least-outstanding", "prefix-affinity")
+TARGET_RATIO = 1.15  # K = 4 on 4 replicas, prefix affinity
+WHOLE_RUN_TARGET = 0.97  # realistic profile
+
+
+# --- prompts ---------------------------------------------------------------------------------------------
+
+
+def write_prompts(path: Path, prompts: int, seed: int = 0) -> Path:
+    """Single prompts under 6 shared system prompts, and 4-step conversations: 60% single prompts, 40% steps."""
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(3000)]
+
+    def text(ids: int) -> str:  # the stand-in tokenizer makes ~4.8 ids of a random word
+        return " ".join(rng.choice(words) for _ in range(max(1, round(ids / 4.8))))
+
+    systems = [text(rng.randint(200, 1500)) for _ in range(6)]
+    records = []
+    while len(records) < prompts:
+        if rng.random() < 6 / 7:  # a conversation brings 4 records
+            system = rng.randrange(len(systems))
+            messages = [
+                {"role": "system", "content": systems[system]},
+                {"role": "user", "content": text(rng.randint(300, 2500))},
+            ]
+            records.append({"category": f"single{system}", "messages": messages})
+        else:
+            messages = [{"role": "user", "content": text(rng.randint(400, 1000))}]
+            for _ in range(4):
+                records.append({"category": "conversation", "messages": list(messages)})
+                messages += [
+                    {"role": "assistant", "content": text(rng.randint(100, 400))},
+                    {"role": "user", "content": text(rng.randint(100, 400))},
+                ]
+                if len(records) == prompts:
+                    break
+    rng.shuffle(records)  # a dataset's order: a conversation's steps are not next to each other
+    with path.open("w") as out:
+        for record in records:
+            out.write(json.dumps(record) + "\n")
+    return path
+
+
+def ideal_prefill(prompts: list[tuple[str, list[int]]], samples: int, replicas: int) -> dict[str, int]:
+    """Placement-independent lower bound of prompt tokens to compute (see the module docstring)."""
+    distinct = sorted({tuple(ids) for _, ids in prompts})
+    trie = 0
+    for previous, current in zip([()] + distinct[:-1], distinct, strict=True):
+        common = 0
+        for a, b in zip(previous, current, strict=False):
+            if a != b:
+                break
+            common += 1
+        trie += len(current) - common
+    shared = 0
+    by_category: dict[str, list[tuple[int, ...]]] = {}
+    for category, ids in prompts:
+        by_category.setdefault(category, []).append(tuple(ids))
+    for group in by_category.values():
+        first, last = min(group), max(group)  # the longest prefix common to all is that of the extremes
+        common = 0
+        for a, b in zip(first, last, strict=False):
+            if a != b:
+                break
+            common += 1
+        shared += common
+    ideal = trie + (replicas - 1) * shared + (samples - 1) * len(distinct)
+    return {"ideal": ideal, "trie": trie, "shared": shared, "sent": samples * sum(len(ids) for _, ids in prompts)}
+
+
+def tokenized(prompts: Path) -> list[tuple[str, list[int]]]:
+    from eagle_datagen.profile import load_profile
+    from eagle_datagen.records import validate_record
+    from eagle_datagen.tokenization.loader import load_tokenizer
+    from eagle_datagen.tokenization.tokenize import tokenize_prompts
+
+    profile = load_profile("kimi-k2.5")
+    records = [validate_record(json.loads(line), origin=f"bench:{i}") for i, line in enumerate(prompts.open())]
+    result = tokenize_prompts(load_tokenizer("standin:kimi-k2.5", profile), records, max_prompt_tokens=32768)
+    return [(p.record.category, p.prompt_ids) for p in result.prompts]
+
+
+# --- the client subprocess -------------------------------------------------------------------------------
+
+
+def client_main(spec: dict[str, Any]) -> None:
+    import eagle_datagen.generation.stage as stage
+    from eagle_datagen.tokenization.stage import TokenizeOptions
+
+    last_done: dict[str, float] = {}
+    phase: dict[str, Any] = {}
+
+    class TimedClient(stage.GenerateClient):
+        async def generate(self, request):  # noqa: ANN001, ANN202
+            result = await super().generate(request)
+            last_done[result.endpoint] = time.time()
+            return result
+
+    original = stage.generate_pending
+
+    async def timed_generate_pending(root, plan, shard_indices, servers, options):  # noqa: ANN001, ANN202
+        for server in servers:  # forget the canary
+            http_json(server.url.rstrip("/") + "/sim/reset_stats", b"{}")
+        usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        resumed, to_do, client = await original(root, plan, shard_indices, servers, options)
+        elapsed, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
+        affinity = client.pool.affinity
+        phase.update(
+            wall_s=elapsed,
+            cpu_s=cpu_seconds(after) - cpu_seconds(usage),
+            requests=client.stats.completed,
+            failed=client.stats.failed,
+            retries=client.stats.retries,
+            stolen=client.pool.stolen,
+            followed=affinity.followed if affinity else 0,
+            placed=affinity.placed if affinity else 0,
+        )
+        return resumed, to_do, client
+
+    stage.GenerateClient = TimedClient
+    stage.generate_pending = timed_generate_pending
+    stage.publish_run = lambda *args, **kwargs: None
+    summary = stage.run_generation(
+        stage.RunOptions(
+            prompts=TokenizeOptions(output=spec["output"], tokenizer="standin:kimi-k2.5", prompts=[spec["prompts"]]),
+            sglang_urls=spec["urls"],
+            run_id=spec["run_id"],
+            shard_size=spec["shard_size"],
+            sampling=stage.SamplingOverrides(samples_per_prompt=spec["samples"]),
+            balance=spec["balance"],
+        )
+    )
+    assert summary.pending == 0 and summary.generated == summary.samples, summary
+    Path(spec["result"]).write_text(json.dumps(phase | {"last_done": last_done}))
+
+
+def run_case(profile: str, replicas: int, policy: str, prompts: Path, args: argparse.Namespace, work: Path) -> dict:
+    servers = []
+    try:
+        for _ in range(replicas):
+            servers.append(Server.start(profile))
+        case = Path(tempfile.mkdtemp(prefix=f"{profile}-{replicas}-{policy}-", dir=work))
+        spec = {
+            "prompts": str(prompts),
+            "output": str(case / "out"),
+            "urls": [s.url for s in servers],
+            "run_id": f"bench-{profile}-{replicas}-{policy}",
+            "shard_size": args.shard_size,
+            "samples": args.samples,
+            "balance": policy,
+            "result": str(case / "result.json"),
+        }
+        (case / "spec.json").write_text(json.dumps(spec))
+        with (case / "client.log").open("w") as log:
+            code = subprocess.run(
+                [sys.executable, __file__, "--client", str(case / "spec.json")], stdout=log, stderr=log
+            ).returncode
+        if code != 0:
+            sys.exit(f"client failed ({code}):\n" + (case / "client.log").read_text()[-3000:])
+        result = json.loads((case / "result.json").read_text())
+        stats = [s.stats() for s in servers]
+    finally:
+        for server in servers:
+            server.stop()
+    whole = []
+    for server, s in zip(servers, stats, strict=True):
+        span = result["last_done"][server.url] - s["first_request_at"]
+        whole.append(s["busy_slot_seconds"] / (SLOTS * span))
+    return {
+        "profile": profile,
+        "replicas": replicas,
+        "policy": policy,
+        "requests": result["requests"],
+        "failed": result["failed"],
+        "computed": sum(s["computed_prompt_tokens"] for s in stats),
+        "cached": sum(s["cached_tokens"] for s in stats),
+        "sent": sum(s["prompt_tokens"] for s in stats),
+        "whole": min(whole),
+        "req_s": result["requests"] / result["wall_s"],
+        "cpu_per_1k": 1000 * result["cpu_s"] / result["requests"],
+        "stolen": result["stolen"],
+        "wall_s": result["wall_s"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="fast:2,fast:4,realistic:4", help="profile:replicas, comma-separated")
+    parser.add_argument("--fast-seconds", type=float, default=30.0, help="length of a fast case (default 30)")
+    parser.add_argument("--realistic-seconds", type=float, default=300.0, help="of a realistic case (default 300)")
+    parser.add_argument("--samples", type=int, default=4, help="samples per prompt, K (default 4)")
+    parser.add_argument("--shard-size", type=int, default=150, help="prompts per shard (default 150)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: fast:2,fast:4 for 8 s")
+    parser.add_argument("--client", metavar="SPEC", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.client:
+        return client_main(json.loads(Path(args.client).read_text()))
+    if args.quick:
+        args.cases, args.fast_seconds = "fast:2,fast:4", 8.0
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    print(f"commit {commit or '?'}; {os.cpu_count()} CPUs; K = {args.samples}; {SLOTS} slots per replica", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-prefill-"))
+    rows, started = [], time.monotonic()
+    try:
+        for case in args.cases.split(","):
+            profile, replicas = case.split(":")[0], int(case.split(":")[1])
+            seconds = args.realistic_seconds if profile == "realistic" else args.fast_seconds
+            requests = math.ceil(seconds * replicas * SLOTS / mean_request_seconds(profile))
+            path = work / f"prompts-{case.replace(':', '-')}.jsonl"
+            prompts = write_prompts(path, math.ceil(requests / args.samples))
+            ideal = ideal_prefill(tokenized(prompts), args.samples, replicas)
+            lengths = sorted(len(ids) for _, ids in tokenized(prompts))
+            print(
+                f"{case}: {len(lengths)} prompts of {lengths[0]}-{lengths[-1]} ids (median "
+                f"{lengths[len(lengths) // 2]}), {requests} requests; ideal prefill {ideal['ideal']:,} of "
+                f"{ideal['sent']:,} prompt tokens sent",
+                flush=True,
+            )
+            for policy in POLICIES:
+                row = run_case(profile, replicas, policy, prompts, args, work) | {"ideal": ideal["ideal"]}
+                rows.append(row)
+                print(
+                    f"  {policy}: computed {row['computed']:,} = {row['computed'] / row['ideal']:.2f}x ideal, "
+                    f"cached {row['cached'] / row['sent']:.1%}, occupancy {row['whole']:.4f}, "
+                    f"{row['req_s']:.1f} req/s, client CPU {row['cpu_per_1k']:.2f} s/1k, stolen {row['stolen']}, "
+                    f"failed {row['failed']}",
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\ntotal {time.monotonic() - started:.0f}s\n")
+    print(
+        "| profile | replicas | policy | requests | prefill computed / ideal | cached share | whole-run occupancy "
+        "| requests/s | client CPU-s / 1k req |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        ratio = r["computed"] / r["ideal"]
+        mark = ""
+        if r["policy"] == "prefix-affinity" and r["replicas"] == 4 and args.samples == 4:
+            mark = " (target <= 1.15: " + ("met" if ratio <= TARGET_RATIO else "**not met**") + ")"
+        print(
+            f"| {r['profile']} | {r['replicas']} | {r['policy']} | {r['requests']:,} | {ratio:.2f}x{mark} "
+            f"| {r['cached'] / r['sent']:.1%} | {r['whole']:.4f} | {r['req_s']:,.1f} | {r['cpu_per_1k']:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""The stand-in's prefix cache: `cached_tokens` is what SGLang's radix cache would report for the same request
+sequence (the longest cached prefix, at most len(prompt) - 1), LRU eviction, prefill charged for the rest."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import requests
+
+from eagle_datagen.standin.sglang import SimConfig, SimServerThread
+from eagle_datagen.standin.sglang.cli import add_serve_sim_arguments, config_from_args
+from eagle_datagen.standin.sglang.prefix_cache import PrefixCache
+
+
+def ids(start: int, n: int) -> list[int]:
+    return list(range(start, start + n))
+
+
+def test_match_is_the_longest_cached_prefix_to_the_token_and_never_the_last_token():
+    cache = PrefixCache(capacity_tokens=10_000, block_tokens=16)
+    prompt = ids(1000, 100)
+    assert cache.match(prompt) == 0
+    cache.insert(prompt)
+    assert cache.match(prompt) == 99  # the last prompt token is always computed
+    assert cache.match(prompt + [5, 6, 7]) == 100  # an extension reuses all of it
+    assert cache.match(prompt[:37] + [1, 2, 3]) == 37  # diverges inside a block: exact to the token
+    assert cache.match(prompt[:3] + [9] * 50) == 3
+    assert cache.match([7] + prompt) == 0
+    assert cache.match(prompt[:1]) == 0 and cache.match([]) == 0
+
+
+def test_children_of_one_prefix_are_told_apart():
+    cache = PrefixCache(capacity_tokens=10_000, block_tokens=8)
+    shared = ids(0, 20)  # a system prompt
+    cache.insert(shared + ids(500, 30))
+    cache.insert(shared + ids(900, 30))
+    assert cache.match(shared + ids(900, 10) + [1]) == 30
+    assert cache.match(shared + ids(500, 25) + [1]) == 45
+    assert cache.match(shared + [4242] * 10) == 20
+
+
+def test_lru_eviction_keeps_capacity_and_drops_the_least_recently_used():
+    cache = PrefixCache(capacity_tokens=256, block_tokens=16)
+    a, b, c = ids(0, 96), ids(10_000, 96), ids(20_000, 96)
+    cache.insert(a)
+    cache.insert(b)
+    assert cache.match(a) == 95  # a is now more recent than b
+    cache.insert(c)  # 288 tokens > 256: b's blocks go first
+    assert cache.tokens <= 256
+    assert cache.match(b) < 95 and cache.match(a) == 95 and cache.match(c) == 95
+    assert cache.evicted_tokens >= 32
+
+
+def test_eviction_takes_leaves_so_a_shared_prefix_outlives_its_branches():
+    cache = PrefixCache(capacity_tokens=64, block_tokens=16)
+    system = ids(0, 32)
+    for user in range(10):
+        cache.insert(system + ids(1000 * (user + 1), 16))
+        assert cache.tokens <= 64
+    assert cache.match(system + [1]) == 32
+
+
+def test_disabled_cache_matches_nothing():
+    cache = PrefixCache(capacity_tokens=0)
+    cache.insert(ids(0, 100))
+    assert cache.match(ids(0, 100)) == 0 and cache.tokens == 0
+
+
+# --- in the server -----------------------------------------------------------------------------------------
+
+
+def serve(**overrides) -> SimServerThread:
+    return SimServerThread(SimConfig(**overrides).with_profile("instant"))
+
+
+def post(url: str, body: dict) -> dict | list:
+    response = requests.post(url + "/generate", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def cached(url: str, prompt: list[int], **params) -> int:
+    return post(url, {"input_ids": prompt, "sampling_params": {"max_new_tokens": 64, **params}})["meta_info"][
+        "cached_tokens"
+    ]
+
+
+def test_server_reports_cached_tokens_from_its_cache_and_charges_prefill_for_the_rest():
+    with serve(prefix_cache_tokens=100_000) as sim:
+        system, user = ids(100, 300), ids(5000, 200)
+        assert cached(sim.url, system + user) == 0
+        assert cached(sim.url, system + user, sampling_seed=2) == 499  # a second sample of the prompt
+        assert cached(sim.url, system + ids(9000, 50)) == 300  # another prompt with the same system prompt
+        stats = requests.get(sim.url + "/sim/stats", timeout=10).json()
+        assert stats["prompt_tokens"] == 1350 and stats["cached_tokens"] == 799
+        assert stats["computed_prompt_tokens"] == 1350 - 799
+        metrics = requests.get(sim.url + "/metrics", timeout=10).text
+        assert "sglang:cached_tokens_total" in metrics and "sglang:cache_hit_rate" in metrics
+        requests.post(sim.url + "/flush_cache", timeout=10)
+        assert cached(sim.url, system + user) == 0
+
+
+def test_finished_outputs_are_cached_too_so_a_continuation_hits_them():
+    with serve(prefix_cache_tokens=100_000) as sim:
+        prompt = ids(100, 200)
+        answer = post(sim.url, {"input_ids": prompt, "sampling_params": {"max_new_tokens": 64}})
+        follow_up = prompt + answer["output_ids"] + ids(7000, 20)
+        # SGLang keeps the finished sequence but the last output id (its KV was never computed)
+        assert cached(sim.url, follow_up) == len(prompt) + len(answer["output_ids"]) - 1
+
+
+def test_server_evicts_least_recently_used_prompts_at_its_capacity():
+    with serve(prefix_cache_tokens=2_000) as sim:
+        prompts = [ids(10_000 * (k + 1), 600) for k in range(4)]  # 4 x (600 + output) > 2,000
+        for prompt in prompts:
+            assert cached(sim.url, prompt, max_new_tokens=1) == 0
+        assert cached(sim.url, prompts[0], max_new_tokens=1) < 599  # the oldest was evicted
+        assert cached(sim.url, prompts[-1], max_new_tokens=1) == 599
+
+
+def test_n_samples_share_one_prefill():
+    with serve(prefix_cache_tokens=100_000) as sim:
+        answers = post(sim.url, {"input_ids": ids(100, 400), "sampling_params": {"max_new_tokens": 16, "n": 4}})
+        assert [a["meta_info"]["cached_tokens"] for a in answers] == [399] * 4
+        stats = requests.get(sim.url + "/sim/stats", timeout=10).json()
+        assert stats["computed_prompt_tokens"] == 400 + 4 * 1 and stats["prefill_passes"] == 5
+
+
+def test_disable_radix_cache_and_capacity_flags():
+    parser = argparse.ArgumentParser()
+    add_serve_sim_arguments(parser)
+    assert config_from_args(parser.parse_args([])).prefix_cache_tokens == SimConfig().prefix_cache_tokens > 0
+    assert config_from_args(parser.parse_args(["--prefix-cache-tokens", "1234"])).prefix_cache_tokens == 1234
+    assert config_from_args(parser.parse_args(["--disable-radix-cache"])).prefix_cache_tokens == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--prefix-cache-tokens", "-1"])
+    with serve(prefix_cache_tokens=0) as sim:
+        prompt = ids(100, 50)
+        assert cached(sim.url, prompt) == cached(sim.url, prompt) == 0

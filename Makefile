@@ -46,12 +46,20 @@ sglang-serve: sglang  ## one real SGLang server (tiny model) on 127.0.0.1:$(PORT
 
 # A side environment with speculators 0.9.0 on torch 2.13.0 (pip gets a CPU build here; elsewhere torch==2.13.0
 # may mean a CUDA build of several GB) for tests/export/test_speculators_e2e.py, which skips without it.
+# `make test` builds it (about 3 minutes once, 1.5 GB); it is reused while its pins are unchanged.
 SPECULATORS_VENV := .venv-speculators
-speculators-env:
+SPECULATORS_PINS := tests/export/speculators-env.txt
+SPECULATORS_STAMP := $(SPECULATORS_VENV)/.installed-$(shell cat $(SPECULATORS_PINS) | sha256sum | cut -c1-16)
+speculators-env: $(SPECULATORS_STAMP)
+
+$(SPECULATORS_STAMP): $(SPECULATORS_PINS)
 	@test -x $(SPECULATORS_VENV)/bin/python || $(PYTHON) -m venv $(SPECULATORS_VENV)
+	@rm -f $(SPECULATORS_VENV)/.installed-*
+	@echo "building $(SPECULATORS_VENV) (speculators 0.9.0 on a CPU torch) ..."
 	$(SPECULATORS_VENV)/bin/python -m pip install --quiet torch==2.13.0
 	$(SPECULATORS_VENV)/bin/python -m pip install --quiet --no-deps speculators==0.9.0 hs-connectors==0.9.0
-	$(SPECULATORS_VENV)/bin/python -m pip install --quiet -r tests/export/speculators-env.txt
+	$(SPECULATORS_VENV)/bin/python -m pip install --quiet -r $(SPECULATORS_PINS)
+	@touch $@
 
 # Debian's Chromium for the browser test of the Airflow UI (tests/stack/test_browser_ui.py); Playwright's own
 # browser download cannot work here (no access beyond the package registries).
@@ -69,7 +77,7 @@ compose:
 	  echo "installing Debian's docker-compose to validate docker-compose.yaml ..."; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
 
-test: venv sglang lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
+test: venv sglang speculators-env lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
 	EAGLE_DATAGEN_REQUIRE_ENGINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## skip the slow integration tests

@@ -31,12 +31,7 @@ def render_metrics(state: SimState) -> str:
         "Number of prefill tokens processed.",
         [("_total", model, stats.prompt_tokens)],
     )
-    family(
-        "sglang:cached_tokens",
-        "counter",
-        "Number of cached prompt tokens.",
-        [("_total", model, stats.cached_tokens)],
-    )
+    # no cached-tokens counter: SGLang 0.5.23 exports none (tests/engine/test_differential.py); /sim/stats has it
     family(
         "sglang:cache_hit_rate",
         "gauge",

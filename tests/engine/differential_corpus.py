@@ -189,8 +189,9 @@ class Answer:
         body = self.body
         if self.content_type == "text/event-stream":
             body = [e if e == "[DONE]" else shape(e) for e in body]
-            # how many partial events depends on the output's length: keep the first, the last two
-            body = body[:1] + body[-2:] if len(body) > 3 else body
+            # how many partial events come before the final one depends on the output's length and on timing (a
+            # short answer on a busy machine arrives in one event): compare the final event and [DONE]
+            body = body[-2:]
         elif self.content_type == "application/json":
             body = shape(body)
         elif self.status:

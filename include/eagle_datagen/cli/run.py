@@ -15,6 +15,7 @@ from eagle_datagen.cli.arguments import (
     positive_float,
     positive_int,
     probability,
+    prompt_settings,
     top_k,
 )
 from eagle_datagen.conversation import TURNS
@@ -238,18 +239,11 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     from eagle_datagen.generation.steps import RunConfig
 
     return RunConfig(
-        output=args.output,
-        tokenizer=args.tokenizer,
+        **prompt_settings(args),
         sglang_urls=args.sglang_url,
         # an empty --run-id (an unset variable in a script) is refused, not replaced by a new run's id
         run_id=args.run_id if args.run_id is not None else new_run_id(),
-        recipe=args.recipe,
-        prompts=args.prompts,
-        categories=args.categories,
-        profile=args.profile,
         model=args.model,
-        limit=args.limit,
-        near_duplicate_threshold=args.near_duplicate_threshold,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
@@ -266,18 +260,6 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         max_rates=dict(args.max_rate),
         max_attempts=args.max_attempts,
         canary=not args.no_canary,
-        trust_remote_code=args.trust_remote_code,
-        seed=args.seed,
-        max_reject_rate=args.max_reject_rate,
-        max_record_bytes=args.max_record_bytes,
-        max_prompt_tokens=args.max_prompt_tokens,
-        processes=args.processes,
-        allow_special_token_text=args.allow_special_token_text,
-        prompts_format=args.prompts_format,
-        prompts_columns=dict(args.prompts_column),
-        prompts_history=args.prompts_history,
-        benchmarks=args.benchmark,
-        benchmark_ngram=args.benchmark_ngram,
         allow_model_mismatch=args.allow_model_mismatch,
         top_k=args.top_k,
         request_timeout_s=args.request_timeout,

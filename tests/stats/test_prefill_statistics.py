@@ -43,3 +43,27 @@ def test_tables_without_cached_tokens_have_no_share():
     profile = load_profile("kimi-k2.5")
     plain = table("chat", [10], [0]).drop_columns(["cached_tokens"])
     assert compute_statistics([plain], [], profile)["all"]["prefill"]["cached_share"] is None
+
+
+def test_the_report_shows_prefill_tokens_per_category():
+    from eagle_datagen.stats.report import render_report, report_summary
+
+    profile = load_profile("kimi-k2.5")
+    data = [table("math", [1000, 1000, 1000, 1000], [0, 999, 999, 999]), table("code", [500, 800], [0, 300])]
+    stats = compute_statistics(data, [], profile)
+    page = render_report(stats, None, "prefill", {})
+    section = page[page.index("<h2>Prefill</h2>") : page.index("<h2>Length distributions</h2>")]
+    assert "<td>math</td><td class='n'>4,000</td><td class='n'>2,997</td><td class='n'>1,003</td>" in section
+    assert "<td>code</td><td class='n'>1,300</td><td class='n'>300</td><td class='n'>1,000</td>" in section
+    assert "<td class='n'>5,300</td><td class='n'>3,297</td><td class='n'>2,003</td><td class='n'>62.2%</td>" in section
+    assert report_summary(stats, None, None)["categories"]["code"]["prefill"]["computed_tokens"] == 1000
+
+
+def test_the_report_has_no_prefill_section_for_statistics_older_than_the_field():
+    from eagle_datagen.stats.report import render_report
+
+    stats = compute_statistics([table("math", [10], [0])], [], load_profile("kimi-k2.5"))
+    older = {k: {f: v for f, v in g.items() if f != "prefill"} for k, g in stats["categories"].items()}
+    all_older = {k: v for k, v in stats["all"].items() if k != "prefill"}
+    page = render_report(stats | {"categories": older, "all": all_older}, None, "older", {})
+    assert "<h2>Prefill</h2>" not in page

@@ -273,6 +273,37 @@ def _overview_table(stats: dict[str, Any]) -> str:
     return f"<div class='scroll'><table>{head}<tbody>{''.join(rows)}</tbody></table></div>"
 
 
+def _prefill_table(stats: dict[str, Any]) -> str:
+    """Prompt tokens sent, found in the servers' prefix caches, and computed (GPU prefill work), per category."""
+    head = (
+        "<thead><tr><th>category</th><th class='n'>prompt tokens sent</th><th class='n'>cached</th>"
+        "<th class='n'>computed</th><th class='n'>cached share</th></tr></thead>"
+    )
+    rows = []
+    for name, group, css in [*((n, g, "") for n, g in _groups(stats)), (ALL, stats[ALL], "total")]:
+        prefill = group.get("prefill")  # statistics written before the field existed have none
+        if not prefill:
+            continue
+        reported = prefill["cached_share"] is not None
+        cells = [
+            _int(prefill[k]) if reported else "–" for k in ("prompt_tokens_sent", "cached_tokens", "computed_tokens")
+        ]
+        rows.append(
+            f"<tr class='{css}'><td>{_e(name)}</td>"
+            + "".join(f"<td class='n'>{c}</td>" for c in cells)
+            + f"<td class='n'>{_pct(prefill['cached_tokens'], prefill['prompt_tokens_sent'])}</td></tr>"
+        )
+    if not rows:
+        return ""
+    return (
+        "<h2>Prefill</h2>"
+        f"<div class='scroll'><table>{head}<tbody>{''.join(rows)}</tbody></table></div>"
+        "<p class='muted'>Over every sample whose server reported <code>cached_tokens</code>, valid or "
+        "quarantined: computed = sent - cached is the prompt the replicas prefilled, the part of a run's GPU "
+        "time that placement decides (docs/prefix_cache.md).</p>"
+    )
+
+
 def _lengths_table(group: dict[str, Any]) -> str:
     fields = ("count", "mean", "p50", "p90", "p99", "max")
     head = "<thead><tr><th>tokens</th>" + "".join(f"<th class='n'>{f}</th>" for f in fields) + "</tr></thead>"
@@ -381,6 +412,7 @@ def render_report(
         f"EOS is id {_e(profile.get('eos_id'))}; reasoning is what precedes the first think end, the answer what "
         "follows it up to the final EOS. Cached prompt tokens: the share of prompt tokens the server "
         "found in its prefix cache (meta_info.cached_tokens), over every sample that reported it.</p>",
+        _prefill_table(stats),
         "<h2>Length distributions</h2>",
         _figure(
             length_png,
@@ -434,6 +466,7 @@ def _compact(group: dict[str, Any]) -> dict[str, Any]:
         "tokens": group["tokens"],
         "lengths": {k: {f: v for f, v in d.items() if f != "histogram"} for k, d in group["lengths"].items()},
         "prompt_cache": group.get("prompt_cache"),
+        "prefill": group.get("prefill"),
     }
 
 

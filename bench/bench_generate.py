@@ -177,11 +177,11 @@ def client_main(spec: dict[str, Any]) -> None:
 
     original = stage.generate_pending
 
-    async def timed_generate_pending(root, plan, shard_indices, servers, options):  # noqa: ANN001, ANN202
+    async def timed_generate_pending(root, plan, shard_indices, servers, options, **kwargs):  # noqa: ANN001, ANN003, ANN202
         for server in servers:  # forget the canary: occupancy counts from the first real request
             http_json(server.url.rstrip("/") + "/sim/reset_stats", b"{}")
         usage, wall, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), time.time()
-        resumed, to_do, client = await original(root, plan, shard_indices, servers, options)
+        resumed, to_do, client = await original(root, plan, shard_indices, servers, options, **kwargs)
         elapsed, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
         phase.update(
             started=started,

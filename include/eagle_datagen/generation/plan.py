@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation.plan_order import extensions_together
 from eagle_datagen.inference.samples import SampleRequest
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.tokenization.tokenize import TokenizedPrompt
@@ -102,12 +103,14 @@ PlannedPrompt = tuple[TokenizedPrompt, list[int]]  # a prompt and the sample ind
 
 
 def split_into_shards(prompts: list[PlannedPrompt], shard_size: int) -> list[tuple[ShardInfo, list[PlannedPrompt]]]:
+    """Each category's prompts in shards of `shard_size`, in their order except that prompts extending one
+    another (a conversation's steps) are kept together (`extensions_together`)."""
     by_category: dict[str, list[PlannedPrompt]] = {}
     for prompt, indices in prompts:
         by_category.setdefault(prompt.record.category, []).append((prompt, indices))
     shards = []
     for category in sorted(by_category):
-        rows = by_category[category]
+        rows = extensions_together(by_category[category], lambda planned: planned[0].prompt_ids)
         for start in range(0, len(rows), shard_size):
             chunk = rows[start : start + shard_size]
             samples = sum(len(indices) for _, indices in chunk)

@@ -168,3 +168,28 @@ def test_prompts_sharing_ids_side_by_side_and_samples_spaced_by_the_requests_in_
         gaps = [b - a for (a, _), (b, _) in zip(pos, pos[1:], strict=False)]
         assert all(g >= 16 for g in gaps[:-1]) and all(g >= 1 for g in gaps)  # the tail drains closer
     assert [k for _, k in ordered[:16]] == [0] * 16  # the first burst: no two samples of a prompt
+
+
+def test_a_conversations_next_step_comes_after_the_previous_steps_first_sample():
+    rng = random.Random(5)
+    conversations = [[rng.randrange(2000, 160_000) for _ in range(400)] for _ in range(6)]
+    steps = [tuple(c[: 100 * n]) for c in conversations for n in range(1, 5)]  # each extends the one before
+    singles = [tuple(p) for p in prompts(10, seed=6)]
+    requests = [(p, k) for p in steps + singles for k in range(K)]
+    groups = prompt_groups(requests, lambda r: r[0])
+    ordered = list(spaced_samples(groups, spacing=16, prompt_ids=lambda r: r[0]))
+    assert sorted(map(id, ordered)) == sorted(map(id, requests))
+    first = {}
+    for i, (p, k) in enumerate(ordered):
+        if k == 0:
+            first[p] = i
+    for c in conversations:
+        at = [first[tuple(c[: 100 * n])] for n in range(1, 5)]
+        assert all(b - a >= 16 for a, b in zip(at, at[1:], strict=False)), at  # never two steps in one burst
+    plain = list(spaced_samples(prompt_groups(requests, lambda r: r[0]), spacing=16))
+    adjacent = sum(
+        1
+        for a, b in zip(plain, plain[1:], strict=False)
+        if a[1] == b[1] == 0 and len(a[0]) < len(b[0]) and b[0][: len(a[0])] == a[0]
+    )
+    assert adjacent > 0  # without prompt_ids, steps go out together (what the chaining prevents)

@@ -235,8 +235,9 @@ def pending_requests(
 ) -> Iterator[SampleRequest]:
     """The samples of these shards that `done` lacks, one shard read at a time: the next shard's plan is read
     in a thread while this one generates, so neither the event loop nor memory holds the whole run. Within a
-    shard, prompts sharing leading ids come side by side; a prompt's samples go out `spacing` requests apart
-    (`spaced_samples`), so that its prefix is computed once and then found in the server's cache."""
+    shard, prompts sharing leading ids come side by side; a prompt's samples go out `spacing` requests apart,
+    and so does the first sample of a prompt extending the one before it (a conversation's next step)
+    (`spaced_samples`), so that each prefix is computed once and then found in the server's cache."""
 
     def groups() -> Iterator[list[SampleRequest]]:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="plan-reader") as reader:
@@ -248,7 +249,7 @@ def pending_requests(
                 todo = [r for r in requests if r.sample_id not in done[r.shard]]
                 yield from prompt_groups(todo, lambda r: r.prompt_ids)
 
-    return spaced_samples(groups(), spacing)
+    return spaced_samples(groups(), spacing, lambda r: r.prompt_ids)
 
 
 def pending_conversations(

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import heapq
 import math
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -83,33 +84,73 @@ def prompt_groups(requests: list[T], prompt_ids: Callable[[T], Sequence[int]]) -
     return sorted(by_prompt.values(), key=lambda group: prompt_ids(group[0]))
 
 
-def spaced_samples(groups: Iterable[list[T]], spacing: int) -> Iterator[T]:
+def spaced_samples(
+    groups: Iterable[list[T]], spacing: int, prompt_ids: Callable[[T], Sequence[int]] | None = None
+) -> Iterator[T]:
     """Each group's first request as it comes; its next one `spacing` requests after the previous one.
 
     Two samples of a prompt that start prefilling at the same moment both compute the whole prompt; the
     second one finds it cached only once the first one's prefill has run. With `spacing` at least the
     requests in flight (all endpoints' windows), no two samples of a prompt are ever sent together, not
-    even in the first burst of a run, and the next one still comes while the prefix is cached. One queue:
-    the order changes, nothing waits."""
-    waiting: deque[tuple[int, list[T], int]] = deque()  # (due after this many sent, group, next index)
-    sent = 0
-    for group in groups:
-        while waiting and waiting[0][0] <= sent:
-            _, g, i = waiting.popleft()
+    even in the first burst of a run, and the next one still comes while the prefix is cached. With
+    `prompt_ids`, a group whose prompt extends the previous group's (the next step of a conversation, which
+    `prompt_groups` puts right after it) is chained the same way: its first request comes `spacing` after
+    the previous group's first one, once that prefix is cached. One queue: the order changes, nothing waits."""
+    # heap of (due after this many sent, tie, group, index, the group's step state when index is 0)
+    waiting: list[tuple[int, int, list[T], int, _Step | None]] = []
+    sent = tie = 0
+
+    def due(at: int, group: list[T], index: int, step: _Step | None = None) -> None:
+        nonlocal tie
+        tie += 1
+        heapq.heappush(waiting, (at, tie, group, index, step))
+
+    def sent_one(group: list[T], index: int, step: _Step | None) -> None:
+        nonlocal sent
+        sent += 1
+        if index + 1 < len(group):
+            due(sent + spacing, group, index + 1)
+        if step is not None:
+            step.first_sent = sent
+            if step.follower is not None:  # the next step was waiting for this one
+                due(sent + spacing, *step.follower)
+
+    def send_due(drain: bool = False) -> Iterator[T]:
+        while waiting and (drain or waiting[0][0] <= sent):
+            _, _, g, i, step = heapq.heappop(waiting)
             yield g[i]
-            sent += 1
-            if i + 1 < len(g):
-                waiting.append((sent + spacing, g, i + 1))
-        yield group[0]
-        sent += 1
-        if len(group) > 1:
-            waiting.append((sent + spacing, group, 1))
-    while waiting:
-        _, g, i = waiting.popleft()
-        yield g[i]
-        sent += 1
-        if i + 1 < len(g):
-            waiting.append((sent + spacing, g, i + 1))
+            sent_one(g, i, step)
+
+    previous: tuple[Sequence[int], _Step] | None = None  # the previous group's prompt and step state
+    for group in groups:
+        yield from send_due()
+        step = _Step()
+        ids = prompt_ids(group[0]) if prompt_ids is not None else None
+        if ids is not None and previous is not None and _extends(ids, previous[0]):
+            before = previous[1]
+            if before.first_sent is None:
+                before.follower = (group, 0, step)  # due once the previous step's first request is sent
+            else:
+                due(before.first_sent + spacing, group, 0, step)
+        else:
+            yield group[0]
+            sent_one(group, 0, step)
+        previous = (ids, step) if ids is not None else None
+    yield from send_due(drain=True)
+
+
+class _Step:
+    """A group's place in a chain of steps: when its first request went out, and the step due after it."""
+
+    __slots__ = ("first_sent", "follower")
+
+    def __init__(self) -> None:
+        self.first_sent: int | None = None
+        self.follower: tuple[list, int, _Step] | None = None
+
+
+def _extends(ids: Sequence[int], earlier: Sequence[int]) -> bool:
+    return len(earlier) < len(ids) and ids[: len(earlier)] == earlier
 
 
 def _point(text: str) -> int:

@@ -4,12 +4,16 @@ sequence (the longest cached prefix, at most len(prompt) - 1), LRU eviction, pre
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
 from eagle_datagen.standin.sglang import SimConfig, SimServerThread
 from eagle_datagen.standin.sglang.cli import add_serve_sim_arguments, config_from_args
+from eagle_datagen.standin.sglang.prefill_lane import PrefillLane
 from eagle_datagen.standin.sglang.prefix_cache import PrefixCache
 
 
@@ -138,3 +142,56 @@ def test_disable_radix_cache_and_capacity_flags():
     with serve(prefix_cache_tokens=0) as sim:
         prompt = ids(100, 50)
         assert cached(sim.url, prompt) == cached(sim.url, prompt) == 0
+
+
+# --- the prefill lane --------------------------------------------------------------------------------------
+
+
+def test_prefill_runs_one_batch_at_a_time_so_a_shared_prefix_arriving_together_is_computed_per_batch():
+    cache = PrefixCache(capacity_tokens=100_000)
+    lane = PrefillLane(cache, lambda: 0.00001)
+    system = ids(100, 3000)
+    prompts = [system + ids(10_000 * (k + 1), 100) for k in range(20)]
+
+    async def together() -> list[int]:
+        running = asyncio.create_task(lane.prefill(ids(90_000, 5000)))  # a batch that runs as the 20 arrive
+        await asyncio.sleep(0)
+        cached = await asyncio.gather(*(lane.prefill(p) for p in prompts))
+        await running
+        return list(cached)
+
+    cached_tokens = asyncio.run(together())
+    # after the running batch: two fresh prompts fit the 8,192-token budget (SGLang matches each as it is
+    # added, and a batch's prompts enter the tree only once it has run); then the other 18 find the system prompt
+    assert cached_tokens == [0, 0] + [3000] * 18 and lane.batches == 3
+
+
+def test_a_cancelled_prefill_leaves_the_lane_and_the_others_finish():
+    cache = PrefixCache(capacity_tokens=100_000)
+    lane = PrefillLane(cache, lambda: 0.01)
+
+    async def scenario() -> list[int]:
+        first = asyncio.create_task(lane.prefill(ids(100, 9000)))  # its batch takes 90 ms
+        await asyncio.sleep(0)
+        queued = [asyncio.create_task(lane.prefill(ids(100, 9000) + ids(50_000, k + 1))) for k in range(3)]
+        await asyncio.sleep(0.01)
+        queued[0].cancel()  # waiting behind the first batch
+        first.cancel()  # runs the first batch: the batch still completes for everyone in it
+        results = await asyncio.gather(first, *queued, return_exceptions=True)
+        return [r if isinstance(r, int) else type(r).__name__ for r in results]
+
+    first, cancelled, *rest = asyncio.run(scenario())
+    assert first == cancelled == "CancelledError" and rest == [9000, 9000]  # the first batch's prompt, all of it
+    assert cache.match(ids(100, 9000)) == 8999  # the cancelled batch's prompt entered the tree anyway
+
+
+def test_server_prefills_concurrent_requests_in_batches():
+    config = dataclasses.replace(SimConfig(prefix_cache_tokens=100_000).with_profile("fast"), prefill_s_per_token=1e-4)
+    with SimServerThread(config) as sim:
+        system = ids(100, 3000)
+        with ThreadPoolExecutor(max_workers=12) as pool:
+            answers = list(pool.map(lambda k: cached(sim.url, system + ids(10_000 * (k + 1), 100)), range(12)))
+        # the first batch forms as the first request arrives (0.31 s of prefill); the others queue behind it
+        assert sorted(answers).count(3000) >= 10, answers
+        stats = requests.get(sim.url + "/sim/stats", timeout=10).json()
+        assert stats["computed_prompt_tokens"] <= 2 * 3100 + 10 * 100

@@ -2,9 +2,10 @@
 
 Order of events for one request: the router's faults (429, 408), SGLang's validation (400, 500), SGLang's
 queue (503, injected or real), a dropped connection, a slow answer, then each prompt (or sample) takes a
-slot for prefill_s_per_token x (prompt - cached prefix) + decode_s_per_token x output seconds. The prefix
-cache (prefix_cache.py) is matched when the request takes its slot, holds the prompt once its prefill has run
-and the whole sequence once it finishes; `n > 1` first prefills the prompt alone, as SGLang's tokenizer manager
+slot for its prefill, in the server's prefill lane (prefill_lane.py: one batch at a time, prefill_s_per_token x
+the batch's uncached prompt ids), then decode_s_per_token x output seconds. The prefix cache (prefix_cache.py)
+is matched as the request's prefill batch forms, holds the prompt once that batch has run and the whole
+sequence once the request finishes; `n > 1` first prefills the prompt alone, as SGLang's tokenizer manager
 does ("Cache the common prefix for parallel sampling"), so its n samples find it cached.
 """
 
@@ -171,9 +172,7 @@ async def _warm_prefixes(state: SimState, parsed: GenerateRequest) -> None:
 async def _prefill_only(state: SimState, prompt_ids: list[int]) -> None:
     await state.pool.acquire()
     try:
-        cached = state.prefix_cache.match(prompt_ids)
-        await _sleep(state.config.prefill_s_per_token * (len(prompt_ids) - cached))
-        state.prefix_cache.insert(prompt_ids)
+        cached = await state.prefill.prefill(prompt_ids)
     finally:
         state.pool.release()
     state.stats.count_prefill(len(prompt_ids), cached)
@@ -227,9 +226,7 @@ async def run_item(
     await state.pool.acquire()
     phases["started"] = time.monotonic()
     try:
-        cached = state.prefix_cache.match(item.prompt_ids)
-        await _sleep(cfg.prefill_s_per_token * (len(item.prompt_ids) - cached))
-        state.prefix_cache.insert(item.prompt_ids)
+        cached = await state.prefill.prefill(item.prompt_ids)  # one batch at a time (prefill_lane.py)
         phases["prefilled"] = time.monotonic()
         if emit is None:
             await _sleep(cfg.decode_s_per_token * decoded)

@@ -12,6 +12,7 @@ from eagle_datagen.standin.sglang.config import FaultRates, SimConfig
 from eagle_datagen.standin.sglang.engine import SimStats, SlotPool
 from eagle_datagen.standin.sglang.faults import FaultInjector
 from eagle_datagen.standin.sglang.outputs import OutputModel
+from eagle_datagen.standin.sglang.prefill_lane import PrefillLane
 from eagle_datagen.standin.sglang.prefix_cache import PrefixCache
 from eagle_datagen.standin.sglang.text import load_codec
 
@@ -24,6 +25,7 @@ class SimState:
         self.outputs = OutputModel(config, known)
         self.pool = SlotPool(config.max_running_requests, config.max_queued_requests)
         self.prefix_cache = PrefixCache(config.prefix_cache_tokens)  # emptied by /flush_cache and restarts
+        self.prefill = PrefillLane(self.prefix_cache, lambda: self.config.prefill_s_per_token)
         self.stats = SimStats()
         self.faults = FaultInjector(config.faults, config.fault_seed)
         self.ready_at = time.monotonic() + config.startup_seconds

@@ -206,10 +206,20 @@ class PrefixAffinity:
         self.placed += 1  # every replica at the bound: the least loaded (cannot happen with a bound above the mean)
         return self._remember(keys, min(names, key=load))
 
-    def first_of_its_prompt(self, keys: Sequence[int]) -> bool:
-        """No other request of this prompt was placed (sending it elsewhere splits nothing)."""
-        entry = self._recent.get(keys[-1]) if keys else None
-        return entry is None or entry[2] <= 1
+    def free_to_move(self, keys: Sequence[int]) -> bool:
+        """Sending this request elsewhere splits nothing: no other request of its prompt was placed, and no
+        other prompt shares its leading ids closely (an earlier or later step of its conversation: up to
+        `max_fanout` prompts under a key); a prefix that many prompts share is on every replica anyway."""
+        if not keys:
+            return True
+        entry = self._recent.get(keys[-1])
+        if entry is not None and entry[2] > 1:
+            return False
+        for key in keys[:-1]:
+            entry = self._recent.get(key)
+            if entry is not None and 1 < entry[1] <= self.policy.max_fanout:
+                return False
+        return True
 
     def rehome(self, keys: Sequence[int], name: str) -> None:
         """A request of these keys went to `name` after all (sent where slots were idle): follow it there."""

@@ -33,8 +33,8 @@ class Endpoint:
     trips: int = 0  # times the breaker opened in a row without a success since; doubles the open time
     served: int = 0
     failures: int = 0
-    # affinity only: requests waiting for this endpoint (their future, their prefix keys), oldest first
-    waiters: deque[tuple[asyncio.Future[Endpoint | None], list[int]]] = field(default_factory=deque, repr=False)
+    # affinity only: requests waiting for this endpoint (their future, prefix keys, prompt length), oldest first
+    waiters: deque[tuple[asyncio.Future[Endpoint | None], list[int], int]] = field(default_factory=deque, repr=False)
 
     def in_service(self, now: float) -> bool:
         """Not taken out: breaker closed, or half-open with its one probe not yet sent."""
@@ -110,7 +110,7 @@ class EndpointPool:
         `avoid`: the endpoint whose answer to this request was a server fault; the resend goes elsewhere
         (least outstanding among the others), when there is another."""
         if self.affinity is not None and prompt_ids is not None and avoid is None:
-            return await self._acquire_affine(prefix_keys(prompt_ids))
+            return await self._acquire_affine(prefix_keys(prompt_ids), len(prompt_ids))
         async with self._changed:
             while True:
                 now = time.monotonic()
@@ -149,15 +149,16 @@ class EndpointPool:
         return endpoint
 
     def _idle(self, now: float, free_to_move: bool) -> Endpoint | None:
-        """An endpoint in service that nobody waits for, with room (a request free to move: its prompt has
-        nothing else out) or under steal_below of its window (any request: its slots would idle)."""
+        """An endpoint in service that nobody waits for, with room (a request free to move: moving it splits
+        no prompt or conversation, `PrefixAffinity.free_to_move`) or under steal_below of its window (any
+        request: its slots would idle)."""
         for e in self.endpoints:
             limit = e.window if free_to_move else self.steal_below * e.window
             if not e.waiters and self.in_service(e, now) and e.outstanding < limit:
                 return e
         return None
 
-    async def _acquire_affine(self, keys: list[int]) -> Endpoint:
+    async def _acquire_affine(self, keys: list[int], length: int) -> Endpoint:
         affinity = self.affinity
         assert affinity is not None
         while True:
@@ -174,13 +175,13 @@ class EndpointPool:
             target = self._by_url[name]
             if target.available(now) and not target.waiters:
                 return self._take(target)
-            idle = self._idle(now, free_to_move=affinity.first_of_its_prompt(keys))
+            idle = self._idle(now, free_to_move=affinity.free_to_move(keys))
             if idle is not None:
                 self.stolen += 1
                 affinity.rehome(keys, idle.url)  # its prompt's next samples follow it there
                 return self._take(idle)
             waiter: asyncio.Future[Endpoint | None] = asyncio.get_running_loop().create_future()
-            entry = (waiter, keys)
+            entry = (waiter, keys, length)
             target.waiters.append(entry)
             try:
                 handed = await waiter  # an endpoint whose slot was handed over, or None: choose again
@@ -195,21 +196,22 @@ class EndpointPool:
 
     def _hand_over(self, endpoint: Endpoint, donor: Endpoint, anyone: bool = True) -> bool:
         """Give a live waiter of `donor` a slot of `endpoint` (counts are the caller's): the oldest when the
-        slot is the donor's own; else, newest first, one whose prompt has nothing else out yet (moving it
-        splits nothing), or, with `anyone`, the newest; a moved waiter's prompt follows it to `endpoint`."""
+        slot is the donor's own; else, newest first, one free to move (moving it splits nothing), or, with
+        `anyone`, the one with the shortest prompt (the least to prefill again on `endpoint`); a moved
+        waiter's prompt follows it to `endpoint`."""
         own = donor is endpoint
         waiters = donor.waiters
         if not own and self.affinity is not None:
-            for entry in reversed(waiters):
-                if not entry[0].done() and self.affinity.first_of_its_prompt(entry[1]):
-                    waiters.remove(entry)
-                    waiters.append(entry)  # taken below
-                    break
-            else:
-                if not anyone:
-                    return False
+            live = [entry for entry in waiters if not entry[0].done()]
+            chosen = next((entry for entry in reversed(live) if self.affinity.free_to_move(entry[1])), None)
+            if chosen is None and anyone and live:
+                chosen = min(live, key=lambda entry: entry[2])
+            if chosen is None:
+                return False
+            waiters.remove(chosen)
+            waiters.append(chosen)  # taken below
         while waiters:
-            waiter, keys = waiters.popleft() if own else waiters.pop()
+            waiter, keys, _ = waiters.popleft() if own else waiters.pop()
             if not waiter.done():
                 if endpoint.open_until:
                     endpoint.probing = True  # half-open: this request is its probe
@@ -222,7 +224,7 @@ class EndpointPool:
 
     def _feed_idle(self, now: float) -> None:
         """Endpoints that nobody waits for take requests waiting elsewhere: any room at all for a request whose
-        prompt has nothing else out (free to move), under steal_below of the window (slots about to idle,
+        move splits nothing (free to move), under steal_below of the window (slots about to idle,
         at the end of a run too) for any. Runs on every release, so a drained endpoint is fed as well."""
         for e in self.endpoints:
             while not e.waiters and e.outstanding < e.window and self.in_service(e, now):
@@ -246,7 +248,7 @@ class EndpointPool:
                 endpoint.outstanding -= 1
         else:
             waiters, endpoint.waiters = endpoint.waiters, deque()
-            for waiter, _ in waiters:
+            for waiter, _, _ in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
             endpoint.outstanding -= 1

@@ -180,10 +180,10 @@ class PrefixAffinity:
             if entry is None:
                 continue
             name, fanout, _ = entry
-            if depth == len(keys):  # another sample of this prompt: up to the sticky bound
+            if depth == len(keys) or fanout <= self.policy.max_fanout:
+                # another sample of this prompt, or an earlier step of its conversation: placed elsewhere it
+                # would prefill all that again, so it follows up to the sticky bound
                 limit = math.ceil(self.policy.sticky_load_factor * mean)
-            elif fanout <= self.policy.max_fanout:  # an earlier step of this conversation
-                limit = bound
             else:  # a prefix many prompts share (a system prompt): the ring spreads them
                 continue
             if in_service(name) and load(name) < limit:

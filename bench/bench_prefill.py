@@ -145,12 +145,9 @@ def client_main(spec: dict[str, Any]) -> None:
         for server in servers:  # forget the canary
             http_json(server.url.rstrip("/") + "/sim/reset_stats", b"{}")
         usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        wall_mono = time.monotonic()
         resumed, to_do, client = await original(root, plan, shard_indices, servers, options, **kwargs)
         elapsed, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
         affinity = client.pool.affinity
-        import eagle_datagen.inference.endpoints as _ep  # XXX diagnostic
-        Path(spec["result"] + ".diag").write_text(json.dumps([(t - wall_mono, *rest) for t, *rest in _ep.DIAG] + [("end", time.monotonic() - wall_mono)]))
         phase.update(
             wall_s=elapsed,
             cpu_s=cpu_seconds(after) - cpu_seconds(usage),

@@ -79,6 +79,30 @@ def test_the_steps_of_a_conversation_reach_one_replica():
     assert len(loads) >= 3  # different conversations still spread
 
 
+def test_a_short_conversations_next_step_follows_its_replica_past_the_placement_bound():
+    """Under 1,024 ids the steps' ring keys differ: the next step follows the earlier one through the table, up
+    to the sticky bound (like another sample), and neither step is free to move once both are placed."""
+    rng = random.Random(4)
+    history = [rng.randrange(100_000) for _ in range(600)]
+    step1 = history + [163606]
+    step2 = step1 + [rng.randrange(100_000) for _ in range(150)] + [163606]
+    urls = [f"http://r{i}" for i in range(4)]
+    affinity = PrefixAffinity(urls)
+    loads: Counter[str] = Counter()
+    home = affinity.choose(prefix_keys(step1), loads.__getitem__, lambda url: True)
+    assert affinity.free_to_move(prefix_keys(step1))  # nothing else shares it yet
+    loads.update({url: 2 for url in urls})
+    loads[home] = 5  # mean (11 + 1) / 4 = 3: over the placement bound (4), under the sticky bound (9)
+    assert affinity.choose(prefix_keys(step2), loads.__getitem__, lambda url: True) == home
+    assert not affinity.free_to_move(prefix_keys(step2)) and not affinity.free_to_move(prefix_keys(step1))
+    loads[home] = 30  # mean 37 / 4: past the sticky bound (28), placed elsewhere after all
+    other = [rng.randrange(100_000) for _ in range(50)]
+    assert affinity.choose(prefix_keys(step2 + other), loads.__getitem__, lambda url: True) != home
+    fresh = [rng.randrange(100_000) for _ in range(700)]
+    affinity.choose(prefix_keys(fresh), loads.__getitem__, lambda url: True)
+    assert affinity.free_to_move(prefix_keys(fresh))
+
+
 def test_an_ejected_replica_hands_its_prefixes_on_without_overloading_the_next():
     async def scenario():
         pool = affine_pool(4, window=32, failures_to_open=1, open_s=60)

@@ -257,9 +257,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: fast:2,fast:4 for 8 s")
     parser.add_argument(
         "--engine",
-        choices=("serve-sim", "sglang"),
+        choices=("serve-sim", "sglang", "serve-sim-cpu"),
         default="serve-sim",
-        help="sglang: two real CPU servers, tiny model (prefill_real_engine.py); --cases is ignored",
+        help="sglang: two real CPU servers, tiny model; serve-sim-cpu: the same run on two serve-sims shaped like "
+        "them (prefill_real_engine.py); --cases is ignored with either",
     )
     parser.add_argument("--real-prompts", type=int, default=500, help="prompts of an sglang run (default 500)")
     parser.add_argument("--real-max-new-tokens", type=int, default=16, help="of an sglang run (default 16)")
@@ -269,7 +270,7 @@ def main() -> None:
         return client_main(json.loads(Path(args.client).read_text()))
     if args.quick:
         args.cases, args.fast_seconds = "fast:2,fast:4", 8.0
-    if args.engine == "sglang":
+    if args.engine in ("sglang", "serve-sim-cpu"):
         from prefill_real_engine import run_real_engine
 
         return run_real_engine(args)

@@ -22,7 +22,8 @@ Run (about 18 minutes with the defaults on 2 cores):
 [--cases fast:2,fast:4,realistic:4] [--fast-seconds 30] [--realistic-seconds 300] [--samples 4] [--quick]`.
 
 `--engine sglang`: the same two policies on two real SGLang CPU servers (the tiny model, `make sglang`), figures
-from the servers' own `cached_tokens` as the client saw them (prefill_real_engine.py).
+from the servers' own `cached_tokens` as the client saw them; `--engine serve-sim-cpu`: the same run on two serve-sims
+shaped like them (prefill_real_engine.py).
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ def client_main(spec: dict[str, Any]) -> None:
     phase: dict[str, Any] = {}
     seen: dict[str, dict[str, int]] = {}  # per endpoint, every answered attempt of the generation phase
     counting = [False]
+    standin = spec.get("engine", "serve-sim") == "serve-sim"  # else no /sim/stats: count what the client saw
 
     class TimedClient(stage.GenerateClient):
         async def generate(self, request):  # noqa: ANN001, ANN202
@@ -145,6 +147,7 @@ def client_main(spec: dict[str, Any]) -> None:
             last_done[result.endpoint] = time.time()
             return result
 
+    class CountingClient(TimedClient):
         async def _attempt(self, endpoint, body):  # noqa: ANN001, ANN202
             outcome = await super()._attempt(endpoint, body)
             if counting[0] and isinstance(outcome, tuple):  # an answer (a screened-out one was prefilled too)
@@ -158,7 +161,7 @@ def client_main(spec: dict[str, Any]) -> None:
 
     async def timed_generate_pending(root, plan, shard_indices, servers, options, **more):  # noqa: ANN001, ANN202
         for server in servers:  # forget the canary
-            if spec.get("engine", "serve-sim") == "serve-sim":
+            if standin:
                 http_json(server.url.rstrip("/") + "/sim/reset_stats", b"{}")
         counting[0] = True
         usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
@@ -177,7 +180,7 @@ def client_main(spec: dict[str, Any]) -> None:
         )
         return resumed, to_do, client
 
-    stage.GenerateClient = TimedClient
+    stage.GenerateClient = TimedClient if standin else CountingClient
     stage.generate_pending = timed_generate_pending
     stage.publish_run = lambda *args, **kwargs: None
     summary = stage.run_generation(

@@ -20,6 +20,10 @@ Figures per case (profile, replicas, policy):
 Run (about 18 minutes with the defaults on 2 cores):
 `EAGLE_DATAGEN_CACHE=.cache HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error .venv/bin/python bench/bench_prefill.py
 [--cases fast:2,fast:4,realistic:4] [--fast-seconds 30] [--realistic-seconds 300] [--samples 4] [--quick]`.
+
+`--engine sglang`: the same two policies on two real SGLang CPU servers (the tiny model, `make sglang`), figures
+from the servers' own `cached_tokens` as the client saw them; `--engine serve-sim-cpu`: the same run on two serve-sims
+shaped like them (prefill_real_engine.py).
 """
 
 from __future__ import annotations
@@ -49,13 +53,14 @@ WHOLE_RUN_TARGET = 0.97  # realistic profile
 # --- prompts ---------------------------------------------------------------------------------------------
 
 
-def write_prompts(path: Path, prompts: int, seed: int = 0) -> Path:
-    """Single prompts under 6 shared system prompts, and 4-step conversations: 60% single prompts, 40% steps."""
+def write_prompts(path: Path, prompts: int, seed: int = 0, scale: float = 1.0) -> Path:
+    """Single prompts under 6 shared system prompts, and 4-step conversations: 60% single prompts, 40% steps.
+    `scale` multiplies every length (the real CPU engine runs them at 0.5)."""
     rng = random.Random(seed)
     words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(3000)]
 
     def text(ids: int) -> str:  # the stand-in tokenizer makes ~4.8 ids of a random word
-        return " ".join(rng.choice(words) for _ in range(max(1, round(ids / 4.8))))
+        return " ".join(rng.choice(words) for _ in range(max(1, round(ids * scale / 4.8))))
 
     systems = [text(rng.randint(200, 1500)) for _ in range(6)]
     records = []
@@ -132,6 +137,9 @@ def client_main(spec: dict[str, Any]) -> None:
 
     last_done: dict[str, float] = {}
     phase: dict[str, Any] = {}
+    seen: dict[str, dict[str, int]] = {}  # per endpoint, every answered attempt of the generation phase
+    counting = [False]
+    standin = spec.get("engine", "serve-sim") == "serve-sim"  # else no /sim/stats: count what the client saw
 
     class TimedClient(stage.GenerateClient):
         async def generate(self, request):  # noqa: ANN001, ANN202
@@ -139,13 +147,25 @@ def client_main(spec: dict[str, Any]) -> None:
             last_done[result.endpoint] = time.time()
             return result
 
+    class CountingClient(TimedClient):
+        async def _attempt(self, endpoint, body):  # noqa: ANN001, ANN202
+            outcome = await super()._attempt(endpoint, body)
+            if counting[0] and isinstance(outcome, tuple):  # an answer (a screened-out one was prefilled too)
+                row = seen.setdefault(endpoint.url, {"answers": 0, "prompt_tokens": 0, "cached_tokens": 0})
+                row["answers"] += 1
+                row["prompt_tokens"] += len(body["input_ids"])
+                row["cached_tokens"] += int(outcome[1].get("cached_tokens") or 0)
+            return outcome
+
     original = stage.generate_pending
 
-    async def timed_generate_pending(root, plan, shard_indices, servers, options, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    async def timed_generate_pending(root, plan, shard_indices, servers, options, **more):  # noqa: ANN001, ANN202
         for server in servers:  # forget the canary
-            http_json(server.url.rstrip("/") + "/sim/reset_stats", b"{}")
+            if standin:
+                http_json(server.url.rstrip("/") + "/sim/reset_stats", b"{}")
+        counting[0] = True
         usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        resumed, to_do, client = await original(root, plan, shard_indices, servers, options, **kwargs)
+        resumed, to_do, client = await original(root, plan, shard_indices, servers, options, **more)
         elapsed, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
         affinity = client.pool.affinity
         phase.update(
@@ -160,7 +180,7 @@ def client_main(spec: dict[str, Any]) -> None:
         )
         return resumed, to_do, client
 
-    stage.GenerateClient = TimedClient
+    stage.GenerateClient = TimedClient if standin else CountingClient
     stage.generate_pending = timed_generate_pending
     stage.publish_run = lambda *args, **kwargs: None
     summary = stage.run_generation(
@@ -169,12 +189,16 @@ def client_main(spec: dict[str, Any]) -> None:
             sglang_urls=spec["urls"],
             run_id=spec["run_id"],
             shard_size=spec["shard_size"],
-            sampling=stage.SamplingOverrides(samples_per_prompt=spec["samples"]),
+            sampling=stage.SamplingOverrides(
+                samples_per_prompt=spec["samples"],
+                max_new_tokens=spec.get("max_new_tokens"),
+                temperature=spec.get("temperature"),
+            ),
             balance=spec["balance"],
         )
     )
     assert summary.pending == 0 and summary.generated == summary.samples, summary
-    Path(spec["result"]).write_text(json.dumps(phase | {"last_done": last_done}))
+    Path(spec["result"]).write_text(json.dumps(phase | {"last_done": last_done, "seen": seen}))
 
 
 def run_case(profile: str, replicas: int, policy: str, prompts: Path, args: argparse.Namespace, work: Path) -> dict:
@@ -234,12 +258,25 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4, help="samples per prompt, K (default 4)")
     parser.add_argument("--shard-size", type=int, default=150, help="prompts per shard (default 150)")
     parser.add_argument("--quick", action="store_true", help="smoke run: fast:2,fast:4 for 8 s")
+    parser.add_argument(
+        "--engine",
+        choices=("serve-sim", "sglang", "serve-sim-cpu"),
+        default="serve-sim",
+        help="sglang: two real CPU servers, tiny model; serve-sim-cpu: the same run on two serve-sims shaped like "
+        "them (prefill_real_engine.py); --cases is ignored with either",
+    )
+    parser.add_argument("--real-prompts", type=int, default=500, help="prompts of an sglang run (default 500)")
+    parser.add_argument("--real-max-new-tokens", type=int, default=16, help="of an sglang run (default 16)")
     parser.add_argument("--client", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
         return client_main(json.loads(Path(args.client).read_text()))
     if args.quick:
         args.cases, args.fast_seconds = "fast:2,fast:4", 8.0
+    if args.engine in ("sglang", "serve-sim-cpu"):
+        from prefill_real_engine import run_real_engine
+
+        return run_real_engine(args)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"commit {commit or '?'}; {os.cpu_count()} CPUs; K = {args.samples}; {SLOTS} slots per replica", flush=True)
     work = Path(tempfile.mkdtemp(prefix="bench-prefill-"))

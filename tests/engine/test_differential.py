@@ -9,6 +9,7 @@ two run different models. One real server (tiny model, --skip-tokenizer-init) is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from cached_tokens_sequence import replay
 from differential_corpus import CONTEXT, CORPUS, VOCAB, Answer, Case, shape
 
 from eagle_datagen.standin.sglang import SimConfig, SimServerThread
@@ -77,20 +79,26 @@ def test_corpus_never_sends_an_id_the_real_server_dies_on():
 
 
 @pytest.fixture(scope="module")
-def answers(tmp_path_factory) -> dict[str, tuple[Answer, Answer]]:
-    """Every case sent to serve-sim and to the real server: name -> (serve-sim's answer, the real one)."""
+def real(tmp_path_factory) -> SGLangServer:
+    """The module's one real server (its log folder: `real.log_dir`)."""
     engine_or_skip()
-    log_dir = tmp_path_factory.mktemp("differential")
     options = ServerOptions(context_length=CONTEXT, extra_args=("--enable-metrics",))
+    with SGLangServer(tiny_model_dir(), tmp_path_factory.mktemp("differential"), options,
+                      name="sglang-differential") as server:  # fmt: skip
+        yield server
+
+
+@pytest.fixture(scope="module")
+def answers(real) -> dict[str, tuple[Answer, Answer]]:
+    """Every case sent to serve-sim and to the real server: name -> (serve-sim's answer, the real one)."""
     with (
-        SGLangServer(tiny_model_dir(), log_dir, options, name="sglang-differential") as real,
         SimServerThread(SimConfig(context_length=CONTEXT).with_profile("instant")) as sim,
         requests.Session() as session,
     ):
         results = {}
         for case in CORPUS:
             results[case.name] = (Answer.fetch(case, session, sim.url), Answer.fetch(case, session, real.url))
-        assert http_ok(real.url + "/health"), f"the real server died during the corpus; log: {log_dir}"
+        assert http_ok(real.url + "/health"), f"the real server died during the corpus; log: {real.log_dir}"
         dump = os.environ.get("EAGLE_DATAGEN_DIFF_DUMP")  # the real answers, to study a difference offline
         if dump:
             Path(dump).write_text(json.dumps({n: vars(r) for n, (_, r) in results.items()}, indent=1))
@@ -146,3 +154,22 @@ def test_the_docs_table_lists_the_deliberate_differences():
     section = text.split("## serve-sim versus the real server", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"^\| `([^`]+)` \|", section, re.MULTILINE))
     assert listed == set(DELIBERATE), f"docs table {sorted(listed)} != DELIBERATE {sorted(DELIBERATE)}"
+
+
+def test_cached_tokens_follow_the_real_server(real):
+    """The same request sequence (cached_tokens_sequence.py) to the real server and to a fresh serve-sim that
+    answers as briefly as the tiny model (3 ids, then EOS): `cached_tokens` equal request by request, and equal
+    to what SGLang's rules give."""
+    tiny_answers = dataclasses.replace(
+        SimConfig(context_length=CONTEXT).with_profile("instant"), output_tokens_min=3, output_tokens_max=3
+    )
+    with SimServerThread(tiny_answers) as sim, requests.Session() as session:
+        on_real = replay(session, real.url)
+        on_sim = replay(session, sim.url)
+    table = "\n".join(f"{r.name:58} prompt {r.prompt_len:4}  real {r.cached}  serve-sim {s.cached}  rule {r.expected}"
+                      for r, s in zip(on_real, on_sim, strict=True))  # fmt: skip
+    assert [r.cached for r in on_real] == [s.cached for s in on_sim], "cached_tokens differ:\n" + table
+    assert [r.cached for r in on_real] == [r.expected for r in on_real], "the real server left the rules:\n" + table
+    assert [s.cached for s in on_sim] == [s.expected for s in on_sim], table
+    assert [r.details for r in on_real] == [s.details for s in on_sim], "cached_tokens_details differ"
+    assert any(r.cached[0] > 0 for r in on_real) and any(r.cached[0] == 0 for r in on_real)  # both kinds seen

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import dataclasses
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -105,13 +107,41 @@ def test_server_reports_cached_tokens_from_its_cache_and_charges_prefill_for_the
         assert cached(sim.url, system + user) == 0
 
 
-def test_finished_outputs_are_cached_too_so_a_continuation_hits_them():
+@pytest.mark.parametrize(
+    ("sampling", "dropped"),
+    [
+        ({"max_new_tokens": 1000}, 0),  # stopped on EOS early: the overlap step computed the EOS id's KV too
+        ({"max_new_tokens": 32}, 1),  # ran to max_new_tokens: the last id's KV was never computed
+        ({"max_new_tokens": 32, "ignore_eos": True}, 1),
+    ],
+)
+def test_finished_outputs_are_cached_too_so_a_continuation_hits_them(sampling, dropped):
+    """As the real server does (tests/engine/test_differential.py::test_cached_tokens_follow_the_real_server)."""
     with serve(prefix_cache_tokens=100_000) as sim:
         prompt = ids(100, 200)
-        answer = post(sim.url, {"input_ids": prompt, "sampling_params": {"max_new_tokens": 64}})
+        answer = post(sim.url, {"input_ids": prompt, "sampling_params": sampling})
+        assert answer["meta_info"]["finish_reason"]["type"] == ("stop" if dropped == 0 else "length")
         follow_up = prompt + answer["output_ids"] + ids(7000, 20)
-        # SGLang keeps the finished sequence but the last output id (its KV was never computed)
-        assert cached(sim.url, follow_up) == len(prompt) + len(answer["output_ids"]) - 1
+        assert cached(sim.url, follow_up) == len(prompt) + len(answer["output_ids"]) - dropped
+
+
+def test_flush_cache_refuses_while_a_request_runs_or_waits_for_idle_with_a_timeout():
+    """As SGLang 0.5.23 (checked on the real server): 400 "Flush cache failed." while busy, the cache kept;
+    `?timeout=S` waits up to S seconds for idle, then flushes (or answers 400 "Timed out ...")."""
+    slow = dataclasses.replace(SimConfig(prefix_cache_tokens=100_000).with_profile("instant"), decode_s_per_token=0.01)
+    with SimServerThread(slow) as sim, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        prompt = ids(100, 200)
+        long_answer = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 150, "ignore_eos": True}}
+        running = pool.submit(post, sim.url, long_answer)  # 1.5 s of decode
+        time.sleep(0.3)
+        busy = requests.post(sim.url + "/flush_cache", timeout=10)
+        assert (busy.status_code, busy.text) == (400, "Flush cache failed.\n")
+        short = requests.post(sim.url + "/flush_cache?timeout=0.2", timeout=10)
+        assert (short.status_code, short.text) == (400, "Timed out waiting for idle state.")
+        waited = requests.post(sim.url + "/flush_cache?timeout=30", timeout=40)
+        assert waited.status_code == 200 and running.done()
+        assert cached(sim.url, prompt) == 0  # flushed after the request finished: its sequence is gone too
+        assert requests.post(sim.url + "/flush_cache?timeout=x", timeout=10).status_code == 400
 
 
 def test_server_evicts_least_recently_used_prompts_at_its_capacity():

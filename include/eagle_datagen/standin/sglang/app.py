@@ -19,6 +19,7 @@ FLUSH_CACHE_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. "
     "(When there are running or waiting requests, the operation will not be performed.)\n"
 )
+FLUSH_FAILED_TEXT = "Flush cache failed.\n"
 
 
 def _state(request: web.Request) -> SimState:
@@ -120,9 +121,23 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def flush_cache(request: web.Request) -> web.Response:
+    """SGLang refuses to flush while requests run or its scheduler has not yet retired the last batch (which it may
+    not have right after an answer): 400 "Flush cache failed." at once, or with `?timeout=S` it waits up to S
+    seconds for idle (`SchedulerFlushWrapper`)."""
     state = _state(request)
-    if state.pool.running == 0 and state.pool.queued == 0:  # SGLang refuses to flush while requests run
-        state.prefix_cache.clear()
+    try:
+        timeout = float(request.query.get("timeout", "0"))
+        if not timeout >= 0:
+            raise ValueError(timeout)
+    except ValueError:
+        message = f"1 validation error: query timeout must be a number >= 0, got {request.query['timeout']!r}"
+        return _json({"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}, 400)
+    deadline = time.monotonic() + timeout
+    while state.pool.running or state.pool.queued:
+        if time.monotonic() >= deadline:
+            return web.Response(status=400, text="Timed out waiting for idle state." if timeout else FLUSH_FAILED_TEXT)
+        await asyncio.sleep(0.01)
+    state.prefix_cache.clear()
     return web.Response(status=200, text=FLUSH_CACHE_TEXT)  # SGLang's names no content type (docs/real-engine.md)
 
 

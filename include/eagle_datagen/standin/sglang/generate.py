@@ -234,12 +234,26 @@ async def run_item(
             await _stream_partials(state, item, output_ids, faults.echo, decoded, emit, result)
     finally:
         state.pool.release()
-    # SGLang caches the finished sequence (prompt + output, the last id's KV was never computed)
-    state.prefix_cache.insert(item.prompt_ids + generation.output_ids[:-1])
+    state.prefix_cache.insert(item.prompt_ids + cached_output(generation, sampling.max_new_tokens))
     state.stats.items += 1
     state.stats.count_prefill(len(item.prompt_ids), cached)
     state.stats.generation_tokens += completion_tokens
     return result(output_ids, generation.finish_reason, completion_tokens)
+
+
+def cached_output(generation: Generation, max_new_tokens: int | None) -> list[int]:
+    """The output ids whose KV a finished request leaves in SGLang's tree (`release_kv_cache` keeps the sequence up
+    to `kv_committed_len`). The last id's KV is computed only by the decode step after it: SGLang's overlap
+    scheduler (on by default) launches that step before it sees the request finish, except for a request whose
+    next id ends it by length (`Scheduler._reqs_finishing_inflight`, `Req.next_output_finishes_by_length`). So a
+    request that stopped on a stop id before max_new_tokens leaves its whole output, the stop id included; one
+    that ran to max_new_tokens (or stopped on its last allowed id) all but the last id. Measured on the real
+    server: tests/engine/test_differential.py::test_cached_tokens_follow_the_real_server."""
+    ids = generation.output_ids
+    stopped_early = generation.finish_reason.get("type") == "stop" and (
+        max_new_tokens is None or len(ids) < max_new_tokens
+    )
+    return ids if stopped_early else ids[:-1]
 
 
 async def _stream_partials(

@@ -202,12 +202,14 @@ class EndpointPool:
         own = donor is endpoint
         waiters = donor.waiters
         if not own and self.affinity is not None:
-            live = [entry for entry in waiters if not entry[0].done()]
-            chosen = next((entry for entry in reversed(live) if self.affinity.free_to_move(entry[1])), None)
-            if chosen is None and anyone and live:
-                chosen = min(live, key=lambda entry: entry[2])
+            free_to_move = self.affinity.free_to_move
+            chosen = next((e for e in reversed(waiters) if not e[0].done() and free_to_move(e[1])), None)
             if chosen is None:
-                return False
+                if not anyone:
+                    return False
+                chosen = min((e for e in waiters if not e[0].done()), key=lambda e: e[2], default=None)
+                if chosen is None:
+                    return False
             waiters.remove(chosen)
             waiters.append(chosen)  # taken below
         while waiters:

@@ -36,7 +36,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "every data-contract column)",
     )
     export.add_argument(
-        "--to", required=True, metavar="PATH", help="file to write for jsonl (- for stdout), a new folder otherwise"
+        "--to",
+        required=True,
+        metavar="PATH",
+        help="file to write for jsonl (- for stdout), a new folder otherwise; or s3://bucket/path/name: the same, "
+        "as objects written once (a folder format's files under name/)",
     )
     export.add_argument("--categories", type=category_list, metavar="a,b", help="only these categories (default: all)")
     export.add_argument(
@@ -90,12 +94,23 @@ def handle(args: argparse.Namespace) -> int:
         draft_vocab_size=args.draft_vocab_size,
         command=shlex.join(["eagle-datagen", *sys.argv[1:]]) if sys.argv[1:2] == ["export"] else "",
     )
+    what = f"run {args.run_id}" if args.run_id else f"release {args.release_id}"
+    if args.to.startswith("s3://"):
+        from eagle_datagen.export.upload import export_to_store, split_store_uri
+
+        base, prefix, jsonl_name = split_store_uri(args.to, args.format)
+        stored = export_to_store(open_output_root(args.output), options, open_output_root(base), prefix, jsonl_name)
+        print(
+            f"exported {stored['rows']:,} samples of {what} as {args.format} to {stored['location']} "
+            f"({len(stored['files'])} objects)",
+            file=sys.stderr,
+        )
+        return 0
     try:
         summary = run_export(open_output_root(args.output), options)
     except BrokenPipeError:  # `--to - | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    what = f"run {args.run_id}" if args.run_id else f"release {args.release_id}"
     vocab = f", draft vocabulary of {summary.draft_vocab_k:,}" if summary.draft_vocab_k else ""
     print(f"exported {summary.rows:,} samples of {what} as {args.format} to {args.to}{vocab}", file=sys.stderr)
     return 0

@@ -159,6 +159,42 @@ class Servers(list[Server]):
 # --- subprocess modes: ours (run_generation) and the minimal loop ----------------------------------------
 
 
+def timed_generation_phase(
+    original: Callable[..., Any],
+    phase: dict[str, Any],
+    reset_sim_stats: bool = True,
+    on_start: Callable[[], None] | None = None,
+    more: Callable[[Any], dict[str, Any]] | None = None,
+) -> Callable[..., Any]:
+    """`generate_pending` (the generation phase of `run_generation`) wrapped so that its wall and CPU time and
+    the client's counts land in `phase` (`more(client)` adds a benchmark's own); with `reset_sim_stats`, the
+    stand-in servers' /sim/stats are reset first, so that they count from the first real request, not the
+    canary; `on_start` runs as the phase begins."""
+
+    async def timed(root, plan, shard_indices, servers, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        for server in servers if reset_sim_stats else ():
+            http_json(server.url.rstrip("/") + "/sim/reset_stats", b"{}")
+        if on_start is not None:
+            on_start()
+        usage, wall, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), time.time()
+        resumed, to_do, client = await original(root, plan, shard_indices, servers, *args, **kwargs)
+        elapsed, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
+        phase.update(
+            started=started,
+            wall_s=elapsed,
+            cpu_s=cpu_seconds(after) - cpu_seconds(usage),
+            requests=client.stats.completed,
+            failed=client.stats.failed,
+            retries=client.stats.retries,
+            output_tokens=client.stats.output_tokens,
+            window=client.pool.total_window,
+            **(more(client) if more else {}),
+        )
+        return resumed, to_do, client
+
+    return timed
+
+
 def client_main(spec: dict[str, Any]) -> None:
     """Run `run_generation` with its generation phase timed; write the figures to spec["result"]."""
     import eagle_datagen.generation.stage as stage
@@ -175,26 +211,6 @@ def client_main(spec: dict[str, Any]) -> None:
             last_done[result.endpoint] = time.time()
             return result
 
-    original = stage.generate_pending
-
-    async def timed_generate_pending(root, plan, shard_indices, servers, options, **kwargs):  # noqa: ANN001, ANN003, ANN202
-        for server in servers:  # forget the canary: occupancy counts from the first real request
-            http_json(server.url.rstrip("/") + "/sim/reset_stats", b"{}")
-        usage, wall, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), time.time()
-        resumed, to_do, client = await original(root, plan, shard_indices, servers, options, **kwargs)
-        elapsed, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
-        phase.update(
-            started=started,
-            wall_s=elapsed,
-            cpu_s=cpu_seconds(after) - cpu_seconds(usage),
-            requests=client.stats.completed,
-            failed=client.stats.failed,
-            retries=client.stats.retries,
-            output_tokens=client.stats.output_tokens,
-            window=client.pool.total_window,
-        )
-        return resumed, to_do, client
-
     def timed_publish_run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         if not spec.get("publish", True):
             return None
@@ -206,7 +222,7 @@ def client_main(spec: dict[str, Any]) -> None:
 
     original_publish = stage.publish_run
     stage.GenerateClient = TimedClient  # run_generation looks these names up at call time
-    stage.generate_pending = timed_generate_pending
+    stage.generate_pending = timed_generation_phase(stage.generate_pending, phase)
     stage.publish_run = timed_publish_run
     summary = stage.run_generation(
         stage.RunOptions(

@@ -33,7 +33,6 @@ import json
 import math
 import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_generate import SLOTS, Server, cpu_seconds, http_json, mean_request_seconds  # noqa: E402
+from bench_generate import SLOTS, Server, mean_request_seconds, timed_generation_phase  # noqa: E402
 
 POLICIES = ("least-outstanding", "prefix-affinity")
 TARGET_RATIO = 1.15  # K = 4 on 4 replicas, prefix affinity
@@ -139,6 +138,10 @@ def client_main(spec: dict[str, Any]) -> None:
     phase: dict[str, Any] = {}
     seen: dict[str, dict[str, int]] = {}  # per endpoint, every answered attempt of the generation phase
     counting = [False]
+
+    def counting_starts() -> None:  # the generation phase: the canary is not counted
+        counting[0] = True
+
     standin = spec.get("engine", "serve-sim") == "serve-sim"  # else no /sim/stats: count what the client saw
 
     class TimedClient(stage.GenerateClient):
@@ -157,31 +160,18 @@ def client_main(spec: dict[str, Any]) -> None:
                 row["cached_tokens"] += int(outcome[1].get("cached_tokens") or 0)
             return outcome
 
-    original = stage.generate_pending
-
-    async def timed_generate_pending(root, plan, shard_indices, servers, options, **more):  # noqa: ANN001, ANN202
-        for server in servers:  # forget the canary
-            if standin:
-                http_json(server.url.rstrip("/") + "/sim/reset_stats", b"{}")
-        counting[0] = True
-        usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        resumed, to_do, client = await original(root, plan, shard_indices, servers, options, **more)
-        elapsed, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
+    def affinity_counts(client) -> dict[str, int]:  # noqa: ANN001
         affinity = client.pool.affinity
-        phase.update(
-            wall_s=elapsed,
-            cpu_s=cpu_seconds(after) - cpu_seconds(usage),
-            requests=client.stats.completed,
-            failed=client.stats.failed,
-            retries=client.stats.retries,
-            stolen=client.pool.stolen,
-            followed=affinity.followed if affinity else 0,
-            placed=affinity.placed if affinity else 0,
-        )
-        return resumed, to_do, client
+        return {
+            "stolen": client.pool.stolen,
+            "followed": affinity.followed if affinity else 0,
+            "placed": affinity.placed if affinity else 0,
+        }
 
     stage.GenerateClient = TimedClient if standin else CountingClient
-    stage.generate_pending = timed_generate_pending
+    stage.generate_pending = timed_generation_phase(
+        stage.generate_pending, phase, reset_sim_stats=standin, on_start=counting_starts, more=affinity_counts
+    )
     stage.publish_run = lambda *args, **kwargs: None
     summary = stage.run_generation(
         stage.RunOptions(
@@ -201,6 +191,19 @@ def client_main(spec: dict[str, Any]) -> None:
     Path(spec["result"]).write_text(json.dumps(phase | {"last_done": last_done, "seen": seen}))
 
 
+def run_client(case: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """`client_main` on `spec` in a subprocess (its log: case/client.log); the figures it wrote. Exits the
+    benchmark with the log's tail when the client fails."""
+    (case / "spec.json").write_text(json.dumps(spec))
+    with (case / "client.log").open("w") as log:
+        code = subprocess.run(
+            [sys.executable, __file__, "--client", str(case / "spec.json")], stdout=log, stderr=log
+        ).returncode
+    if code != 0:
+        sys.exit(f"client failed ({code}):\n" + (case / "client.log").read_text()[-3000:])
+    return json.loads(Path(spec["result"]).read_text())
+
+
 def run_case(profile: str, replicas: int, policy: str, prompts: Path, args: argparse.Namespace, work: Path) -> dict:
     servers = []
     try:
@@ -217,14 +220,7 @@ def run_case(profile: str, replicas: int, policy: str, prompts: Path, args: argp
             "balance": policy,
             "result": str(case / "result.json"),
         }
-        (case / "spec.json").write_text(json.dumps(spec))
-        with (case / "client.log").open("w") as log:
-            code = subprocess.run(
-                [sys.executable, __file__, "--client", str(case / "spec.json")], stdout=log, stderr=log
-            ).returncode
-        if code != 0:
-            sys.exit(f"client failed ({code}):\n" + (case / "client.log").read_text()[-3000:])
-        result = json.loads((case / "result.json").read_text())
+        result = run_client(case, spec)
         stats = [s.stats() for s in servers]
     finally:
         for server in servers:
@@ -288,8 +284,9 @@ def main() -> None:
             requests = math.ceil(seconds * replicas * SLOTS / mean_request_seconds(profile))
             path = work / f"prompts-{case.replace(':', '-')}.jsonl"
             prompts = write_prompts(path, math.ceil(requests / args.samples))
-            ideal = ideal_prefill(tokenized(prompts), args.samples, replicas)
-            lengths = sorted(len(ids) for _, ids in tokenized(prompts))
+            prompt_ids = tokenized(prompts)
+            ideal = ideal_prefill(prompt_ids, args.samples, replicas)
+            lengths = sorted(len(ids) for _, ids in prompt_ids)
             print(
                 f"{case}: {len(lengths)} prompts of {lengths[0]}-{lengths[-1]} ids (median "
                 f"{lengths[len(lengths) // 2]}), {requests} requests; ideal prefill {ideal['ideal']:,} of "

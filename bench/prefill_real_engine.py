@@ -21,20 +21,24 @@ the stand-in's cache model and the client's placement apart from what the real e
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
 
 from bench_generate import CLI
-from bench_prefill import POLICIES, ideal_prefill, tokenized, write_prompts
-from eagle_datagen_stack.sglang_engine import ServerOptions, SGLangServer, missing_engine, tiny_model_dir
+from bench_prefill import POLICIES, ideal_prefill, run_client, tokenized, write_prompts
+from eagle_datagen_stack.sglang_engine import (
+    ServerOptions,
+    SGLangServer,
+    missing_engine,
+    start_side_by_side,
+    tiny_model_dir,
+)
 
 REPLICAS = 2  # at most two real servers on the 2-core machine
 SCALE = 0.5
@@ -48,26 +52,11 @@ def server_options(distinct_ids: int) -> ServerOptions:
     return ServerOptions(max_total_tokens=max(1, -(-2 * distinct_ids // POOL_STEP)) * POOL_STEP)
 
 
-def start_side_by_side(log_dir: Path, options: ServerOptions) -> list[SGLangServer]:
+def start_servers(real: bool, options: ServerOptions, log_dir: Path) -> list[SGLangServer] | list[StandIn]:
+    if not real:
+        return [StandIn(options) for _ in range(REPLICAS)]
     servers = [SGLangServer(tiny_model_dir(), log_dir, options, name=f"sglang-bench-{i}") for i in range(REPLICAS)]
-    errors: list[BaseException] = []
-
-    def start(server: SGLangServer) -> None:
-        try:
-            server.start()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start, args=(s,)) for s in servers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        for server in servers:
-            server.stop()
-        raise errors[0]
-    return servers
+    return start_side_by_side(servers)
 
 
 class StandIn:
@@ -128,15 +117,7 @@ def run_policy(
         "balance": policy,
         "result": str(case / "result.json"),
     }
-    (case / "spec.json").write_text(json.dumps(spec))
-    script = Path(__file__).resolve().parent / "bench_prefill.py"
-    with (case / "client.log").open("w") as log:
-        code = subprocess.run(
-            [sys.executable, str(script), "--client", str(case / "spec.json")], stdout=log, stderr=log
-        ).returncode
-    if code != 0:
-        sys.exit(f"client failed ({code}):\n" + (case / "client.log").read_text()[-3000:])
-    result = json.loads((case / "result.json").read_text())
+    result = run_client(case, spec)
     seen = result["seen"]
     sent = sum(s["prompt_tokens"] for s in seen.values())
     cached = sum(s["cached_tokens"] for s in seen.values())
@@ -168,8 +149,9 @@ def run_real_engine(args: argparse.Namespace) -> None:
     started, rows = time.monotonic(), []
     try:
         prompts = write_prompts(work / "prompts.jsonl", args.real_prompts, scale=SCALE)
-        ideal = ideal_prefill(tokenized(prompts), args.samples, REPLICAS)
-        lengths = sorted(len(ids) for _, ids in tokenized(prompts))
+        prompt_ids = tokenized(prompts)
+        ideal = ideal_prefill(prompt_ids, args.samples, REPLICAS)
+        lengths = sorted(len(ids) for _, ids in prompt_ids)
         requests = len(lengths) * args.samples
         print(
             f"{len(lengths)} prompts of {lengths[0]}-{lengths[-1]} ids (median {lengths[len(lengths) // 2]}), "
@@ -178,7 +160,7 @@ def run_real_engine(args: argparse.Namespace) -> None:
             flush=True,
         )
         options = server_options(ideal["trie"])
-        servers = start_side_by_side(work / "logs", options) if real else [StandIn(options) for _ in range(REPLICAS)]
+        servers = start_servers(real, options, work / "logs")
         try:
             print(
                 f"servers up in {max(s.started_in_s or 0 for s in servers):.0f} s: {options.max_running_requests} "

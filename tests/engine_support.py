@@ -28,7 +28,13 @@ import pytest
 from aiohttp import web
 
 from eagle_datagen_stack.processes import free_port
-from eagle_datagen_stack.sglang_engine import ServerOptions, SGLangServer, missing_engine, tiny_model_dir
+from eagle_datagen_stack.sglang_engine import (
+    ServerOptions,
+    SGLangServer,
+    missing_engine,
+    start_side_by_side,
+    tiny_model_dir,
+)
 
 THINK_START, THINK_END, IM_END = 163606, 163607, 163586
 
@@ -189,28 +195,14 @@ def assert_rows_match_server(rows: list[dict], exchanges: list[Exchange]) -> Non
         assert row["completion_tokens"] == match[-1].meta_info["completion_tokens"] == len(row["output_ids"])
         assert match[-1].meta_info["prompt_tokens"] == len(row["prompt_ids"])
 
+
 @contextmanager
 def real_servers(log_dir: Path, *options: ServerOptions) -> Iterator[list[tuple[SGLangServer, RecordingProxy]]]:
     """One real server per `options`, started side by side, each with a RecordingProxy in front."""
     engine_or_skip()
     servers = [SGLangServer(tiny_model_dir(), log_dir, o, name=f"sglang-{i}") for i, o in enumerate(options)]
-    errors: list[BaseException] = []
-
-    def start(server: SGLangServer) -> None:
-        try:
-            server.start()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the test's thread
-            errors.append(exc)
-
     with ExitStack() as stack:
-        for server in servers:
+        for server in start_side_by_side(servers):
             stack.callback(server.stop)
-        threads = [threading.Thread(target=start, args=(s,)) for s in servers]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
         proxies = [stack.enter_context(RecordingProxy(s.url)) for s in servers]
         yield list(zip(servers, proxies, strict=True))

@@ -22,7 +22,8 @@ from differential_corpus import CONTEXT, CORPUS, VOCAB, Answer, Case, shape
 
 from eagle_datagen.standin.sglang import SimConfig, SimServerThread
 from eagle_datagen_stack.processes import http_ok
-from eagle_datagen_stack.sglang_engine import ServerOptions, SGLangServer, missing_engine, tiny_model_dir
+from eagle_datagen_stack.sglang_engine import ServerOptions, SGLangServer, tiny_model_dir
+from engine_support import engine_or_skip
 
 from conftest import REPO
 
@@ -50,16 +51,6 @@ SUBSET: dict[str, set[str]] = {
 }
 SIM_ONLY_KEYS = {"sglang_sim"}  # serve-sim's own settings, under a name real SGLang does not use
 DOCS = REPO / "docs" / "real-engine.md"
-
-
-def engine_or_skip() -> None:
-    """Skip without the engine; under `make test` (EAGLE_DATAGEN_REQUIRE_ENGINE=1), where it is built, fail."""
-    reason = missing_engine()
-    if reason is None:
-        return
-    if os.environ.get("EAGLE_DATAGEN_REQUIRE_ENGINE") == "1":
-        pytest.fail(f"the differential test: {reason} (make test builds it first)")
-    pytest.skip(f"the differential test needs the real engine: {reason}")
 
 
 def ids_in(body) -> list[int]:

@@ -37,6 +37,9 @@ class ModelProfile:
     tokens: dict[str, TokenFact]
     prompt_suffix: tuple[TokenFact, ...]
     sampling: dict[str, float] = field(default_factory=dict)
+    # "remote_code": the model's own tokenizer is code shipped in its folder (Kimi-K2.5's tokenization_kimi.py);
+    # a tokenizer folder without remote code is then a look-alike, and the loader warns (loader.py).
+    reference_tokenizer: str = "any"
 
     @property
     def eos(self) -> TokenFact:
@@ -100,11 +103,21 @@ def _token_fact(value: Any, where: str, origin: str) -> TokenFact:
 def parse_profile(raw: Any, origin: str = "<profile>") -> ModelProfile:
     if not isinstance(raw, dict):
         raise ConfigError(f"profile {origin} must be a YAML mapping")
-    known = {"name", "model", "vocab_size", "context_length", "thinking", "tokens", "prompt_suffix", "sampling"}
+    known = {
+        "name",
+        "model",
+        "vocab_size",
+        "context_length",
+        "thinking",
+        "tokens",
+        "prompt_suffix",
+        "sampling",
+        "reference_tokenizer",
+    }
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"profile {origin}: unknown key(s) {unknown}; allowed: {sorted(known)}")
-    missing = sorted(k for k in known - {"sampling"} if k not in raw)
+    missing = sorted(k for k in known - {"sampling", "reference_tokenizer"} if k not in raw)
     if missing:
         raise ConfigError(f"profile {origin}: missing key(s) {missing}")
     for key in ("vocab_size", "context_length"):
@@ -133,6 +146,9 @@ def parse_profile(raw: Any, origin: str = "<profile>") -> ModelProfile:
             suffix.append(_token_fact(item, f"prompt_suffix[{i}]", origin))
     if raw["thinking"] == "prefilled" and suffix[-1] != tokens["think_start"]:
         raise ConfigError(f"profile {origin}: thinking 'prefilled' needs prompt_suffix to end in think_start")
+    reference = raw.get("reference_tokenizer", "any")
+    if reference not in ("any", "remote_code"):
+        raise ConfigError(f"profile {origin}: reference_tokenizer must be 'any' or 'remote_code'")
     sampling = raw.get("sampling") or {}
     if not isinstance(sampling, dict):
         raise ConfigError(f"profile {origin}: sampling must be a mapping")
@@ -145,4 +161,5 @@ def parse_profile(raw: Any, origin: str = "<profile>") -> ModelProfile:
         tokens=tokens,
         prompt_suffix=tuple(suffix),
         sampling=dict(sampling),
+        reference_tokenizer=reference,
     )

@@ -1,31 +1,35 @@
-"""Build a stand-in for the Kimi-K2.5 tokenizer with the `tokenizers` library.
+"""Build the stand-ins for the Kimi-K2.5 tokenizer.
 
 The real tokenizer cannot be downloaded here (model hubs are unreachable), so tests, the demo and the
-benchmarks use this one. It keeps every fact the pipeline relies on:
-- the 256 byte-level tokens at ids 0-255 in GPT-2 byte order (so " 2+2?" is 220, 17, 10, 17, 30);
-- Kimi's pre-tokenizer split pattern and a small byte-level BPE learned from `corpus.txt`;
-- the plain word `assistant` at id 69702;
-- the 256 + 2 = 258 special and reserved ids at their real positions (163584-163841), named as
-  `tokenization_kimi.py` names them (the known ones by name, the rest `<|reserved_token_<id>|>`), think and
-  tool-call tokens as added but not "special" tokens, as in the real tokenizer. Like the real one it thus has
-  163,842 ids for a model whose vocab_size is 163,840: ids 163840 and 163841 exist only in the tokenizer;
-- a K2.5-style chat template (`kimi_k25_chat_template.jinja`) whose generation prompt ends in `<think>`, and
-  which declares the tools with their keys sorted at every depth, as the real `apply_chat_template` does
-  (it deep-sorts the tool schemas before rendering).
+benchmarks use one the project builds. `standin:kimi-k2.5` has the real folder's shape: remote code over
+`tiktoken`, loaded only with `--trust-remote-code`, exactly as a user loads the real `moonshotai/Kimi-K2.5`:
+- `tiktoken.model` (BPE ranks, one `base64(bytes) rank` per line), `tokenization_kimi.py` defining
+  `TikTokenTokenizer(PreTrainedTokenizer)` with its relatively imported TypeScript tool encoder
+  (`tool_declaration_ts.py`; both written for this project from the documented behaviour, in
+  `eagle_datagen/standin/kimi_remote/`), `tokenizer_config.json` whose `auto_map` points `AutoTokenizer` at
+  that class, `chat_template.jinja` (tools declared from `tools_ts_str`) and `config.json` with
+  `model_type: kimi_k25` (for which transformers 5.x has a built-in class: the loader refuses that fall-back);
+- the 256 byte-level tokens at ranks 0-255 in GPT-2 byte order (so " 2+2?" is 220, 17, 10, 17, 30);
+- Kimi's pre-tokenizer split pattern and a small BPE learned from `corpus.txt`; the plain word `assistant` at
+  rank 69702;
+- the 256 + 2 = 258 special and reserved ids at their real positions (163584-163841), named as the real
+  tokenizer names them (the known ones by name, the rest `<|reserved_token_<id>|>`), think and tool-call
+  tokens as added but not "special" tokens. Like the real one it thus has 163,842 ids for a model whose
+  vocab_size is 163,840: ids 163840 and 163841 exist only in the tokenizer;
+- a K2.5-style chat template (`kimi_k25_chat_template.jinja`) whose generation prompt ends in `<think>`;
+  `apply_chat_template` defaults to `tokenize=False, add_generation_prompt=True` and deep-sorts tool schemas.
+
+`standin:kimi-k2.5-fast` is the same vocabulary as a plain fast `tokenizer.json` (no remote code) for tests
+that need one: its merges are derived from the tiktoken ranks, so both give the same ids for any text; only
+tool declarations differ (compact JSON there, as transformers' built-in class would render them).
 Ids between the learned BPE tokens and 163584 are left unused, as a smaller vocabulary would.
 
-What is not faithful (the stand-in is a plain `tokenizer.json` + `tokenizer_config.json`, loadable without
-remote code): the real tokenizer is tiktoken-based remote code whose `apply_chat_template` defaults to
-`tokenize=False, add_generation_prompt=True` and hands the template a TypeScript-style rendering of the tools
-(`tools_ts_str`); the stand-in has transformers' defaults (`tokenize=True, add_generation_prompt=False`) and
-declares tools as compact JSON. The pipeline passes both arguments on every call, so either default gives the
-same prompt (tests/tokenization/test_template_defaults.py). Its BPE is not Kimi's either.
-
-The build is deterministic and cached under a folder keyed by a fingerprint of its inputs.
+The builds are deterministic and cached under folders keyed by a fingerprint of their inputs.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -38,8 +42,11 @@ from pathlib import Path
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 # Bump when the builder changes in a way that changes its output.
-BUILD_VERSION = "2"  # 2: 258 special ids up to 163841, real reserved names, deep-sorted tools
-STANDIN_NAME = "kimi-k2.5"
+BUILD_VERSION = "3"  # 3: tiktoken ranks, remote-code variant; 2: 258 special ids, real reserved names
+STANDIN_NAME = "kimi-k2.5"  # the remote-code stand-in (needs trust_remote_code)
+FAST_STANDIN_NAME = "kimi-k2.5-fast"  # the same ids as a fast tokenizer.json
+STANDIN_NAMES = (STANDIN_NAME, FAST_STANDIN_NAME)
+REMOTE_CODE_FILES = ("tokenization_kimi.py", "tool_declaration_ts.py")
 
 BPE_RANKS = 163584  # the real tokenizer's tiktoken ranks; special ids start here
 RESERVED_SPECIAL_IDS = 256 + 2  # tokenization_kimi.py: num_reserved_special_tokens + 2
@@ -158,11 +165,10 @@ def _ensure_single_token(word: str, merges: list[tuple[str, str]]) -> None:
         pieces[0:2] = [pieces[0] + pieces[1]]
 
 
-def build_tokenizer_object(corpus: str) -> Tokenizer:
-    """The stand-in as a `tokenizers.Tokenizer` with ids at the real Kimi positions."""
+def build_vocab(corpus: str) -> dict[str, int]:
+    """Token (in GPT-2 byte characters) -> id of the ordinary BPE tokens: bytes, learned tokens, `assistant`."""
     byte_char = gpt2_byte_to_char()
     vocab: dict[str, int] = {byte_char[b]: i for i, b in enumerate(gpt2_byte_order())}
-
     merges = _learn_merges(corpus)
     _ensure_single_token("assistant", merges)
     next_id = 256
@@ -179,10 +185,44 @@ def build_tokenizer_object(corpus: str) -> Tokenizer:
         next_id += 1
     if next_id >= ASSISTANT_ID:
         raise RuntimeError("learned vocabulary reached the id reserved for 'assistant'; lower the target")
+    return vocab
 
+
+def tiktoken_ranks(vocab: dict[str, int]) -> dict[bytes, int]:
+    """The vocabulary as tiktoken's mergeable ranks (token bytes -> rank)."""
+    char_byte = {char: b for b, char in gpt2_byte_to_char().items()}
+    return {bytes(char_byte[c] for c in token): i for token, i in vocab.items()}
+
+
+def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[str, str]]:
+    """Merges under which a `tokenizers` BPE gives tiktoken's ids: tiktoken joins any two adjacent parts whose
+    concatenation is a token, lowest rank first, so every split of a token into two lower-ranked tokens is a
+    merge, ranked by the token it makes."""
+    byte_char = gpt2_byte_to_char()
+
+    def chars(data: bytes) -> str:
+        return "".join(byte_char[b] for b in data)
+
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        for k in range(1, len(token)):
+            left, right = ranks.get(token[:k]), ranks.get(token[k:])
+            if left is not None and right is not None and left < rank and right < rank:
+                merges.append((chars(token[:k]), chars(token[k:])))
+    return merges
+
+
+def write_tiktoken_model(ranks: dict[bytes, int], path: Path) -> None:
+    lines = [f"{base64.b64encode(token).decode()} {rank}" for token, rank in sorted(ranks.items(), key=lambda x: x[1])]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def build_tokenizer_object(corpus: str) -> Tokenizer:
+    """The fast stand-in as a `tokenizers.Tokenizer` with ids at the real Kimi positions and tiktoken's merges."""
+    vocab = build_vocab(corpus)
+    merges = merges_from_ranks(tiktoken_ranks(vocab))
     for token_id, text, _ in special_token_table():
         vocab[text] = token_id
-
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     tokenizer.pre_tokenizer = byte_level_pre_tokenizer()
     tokenizer.decoder = decoders.ByteLevel()
@@ -195,8 +235,8 @@ def build_tokenizer_object(corpus: str) -> Tokenizer:
     return tokenizer
 
 
-def build_standin_kimi_tokenizer(output_dir: str | Path) -> Path:
-    """Write a transformers-loadable tokenizer directory (tokenizer.json, config, chat template)."""
+def build_fast_standin(output_dir: str | Path) -> Path:
+    """Write a transformers-loadable fast tokenizer directory (tokenizer.json, config, chat template)."""
     from transformers import PreTrainedTokenizerFast
 
     output_dir = Path(output_dir)
@@ -213,9 +253,59 @@ def build_standin_kimi_tokenizer(output_dir: str | Path) -> Path:
     )
     tokenizer.save_pretrained(str(output_dir))
     (output_dir / "STANDIN.md").write_text(
-        "Stand-in for the Kimi-K2.5 tokenizer built by eagle-datagen (eagle_datagen.standin). "
-        "Not the real tokenizer: special ids (258, up to 163841) and the chat template shape match, the BPE "
-        "and the tool declaration format (JSON, not TypeScript) do not.\n",
+        "Fast stand-in for the Kimi-K2.5 tokenizer built by eagle-datagen (eagle_datagen.standin): the ids of "
+        "standin:kimi-k2.5 as a plain tokenizer.json, without remote code. Tool declarations are JSON here, "
+        "TypeScript in the remote-code stand-in and the real tokenizer.\n",
+        encoding="utf-8",
+    )
+    return output_dir
+
+
+def _added_tokens_decoder() -> dict[str, dict[str, object]]:
+    return {
+        str(token_id): {
+            "content": text,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": special,
+        }
+        for token_id, text, special in special_token_table()
+    }
+
+
+def build_standin_kimi_tokenizer(output_dir: str | Path) -> Path:
+    """Write the remote-code stand-in: the real Kimi-K2.5 tokenizer folder's files, with toy BPE ranks."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_tiktoken_model(tiktoken_ranks(build_vocab(_read_resource("corpus.txt"))), output_dir / "tiktoken.model")
+    for name in REMOTE_CODE_FILES:
+        (output_dir / name).write_text(_read_resource(f"kimi_remote/{name}"), encoding="utf-8")
+    (output_dir / "chat_template.jinja").write_text(_read_resource("kimi_k25_chat_template.jinja"), encoding="utf-8")
+    config = {
+        "added_tokens_decoder": _added_tokens_decoder(),
+        "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
+        "bos_token": "[BOS]",
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "[EOS]",
+        "extra_special_tokens": {},
+        "model_max_length": 262144,
+        "pad_token": "[PAD]",
+        "tokenizer_class": "TikTokenTokenizer",
+        "unk_token": "[UNK]",
+    }
+    (output_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    model_config = {
+        "model_type": "kimi_k25",
+        "vocab_size": MODEL_VOCAB_SIZE,
+        "architectures": ["KimiK25ForConditionalGeneration"],
+    }
+    (output_dir / "config.json").write_text(json.dumps(model_config, indent=2) + "\n", encoding="utf-8")
+    (output_dir / "STANDIN.md").write_text(
+        "Stand-in for the Kimi-K2.5 tokenizer built by eagle-datagen (eagle_datagen.standin), shaped like the real "
+        "folder: remote code over tiktoken (load with trust_remote_code). Special ids (258, up to 163841), the "
+        "chat template's shape and the TypeScript tool declarations match; the BPE ranks are a toy set.\n",
         encoding="utf-8",
     )
     return output_dir
@@ -223,7 +313,7 @@ def build_standin_kimi_tokenizer(output_dir: str | Path) -> Path:
 
 def build_fingerprint() -> str:
     digest = hashlib.sha256(BUILD_VERSION.encode())
-    for name in ("corpus.txt", "kimi_k25_chat_template.jinja"):
+    for name in ("corpus.txt", "kimi_k25_chat_template.jinja", *(f"kimi_remote/{n}" for n in REMOTE_CODE_FILES)):
         digest.update(_read_resource(name).encode())
     digest.update(Path(__file__).read_bytes())
     return digest.hexdigest()[:16]
@@ -234,16 +324,18 @@ def default_cache_root() -> Path:
 
 
 @cache
-def standin_tokenizer_dir(cache_root: str | None = None) -> Path:
-    """Path of the cached stand-in, building it first (atomically, safe for parallel callers)."""
+def standin_tokenizer_dir(cache_root: str | None = None, name: str = STANDIN_NAME) -> Path:
+    """Path of the cached stand-in `name`, building it first (atomically, safe for parallel callers)."""
+    if name not in STANDIN_NAMES:
+        raise ValueError(f"unknown stand-in {name!r}")
     root = Path(cache_root) if cache_root else default_cache_root()
-    target = root / f"standin-{STANDIN_NAME}-{build_fingerprint()}"
-    if (target / "tokenizer.json").exists():
+    target = root / f"standin-{name}-{build_fingerprint()}"
+    if (target / "tokenizer_config.json").exists():
         return target
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     try:
-        build_standin_kimi_tokenizer(staging)
+        (build_standin_kimi_tokenizer if name == STANDIN_NAME else build_fast_standin)(staging)
         try:
             staging.rename(target)
         except OSError:  # another process finished first; its build is identical

@@ -8,6 +8,11 @@ A tokenizer may have more ids than the model's `vocab_size`: Kimi-K2.5's has 163
 reserved tokens) for a model with 163,840 embedding rows. Such a tokenizer is accepted (the log says how
 many ids lie beyond the model's vocabulary), and a prompt that would hold one of them is rejected at
 tokenize time as `id_beyond_model_vocab` (tokenize.py): SGLang's scheduler dies on such an id.
+
+A folder that ships its own tokenizer code (`auto_map`) is tokenized with that code or not at all
+(remote_code.py). The provenance records what tokenized: class and module, the sha256 of `tiktoken.model` and
+of each remote-code file, and of the canary conversations as rendered (canaries.py); a rerun with another
+tokenizer is refused (generation/stage.py).
 """
 
 from __future__ import annotations
@@ -16,12 +21,21 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.profile import ModelProfile
+from eagle_datagen.tokenization.canaries import render_canaries, rendered_sha256
+from eagle_datagen.tokenization.remote_code import (
+    auto_map_class,
+    check_loaded_class,
+    import_failure,
+    refuse_without_flag,
+    remote_code_files,
+    sha256_of,
+)
 
 log = logging.getLogger(__name__)
 STANDIN_PREFIX = "standin:"
@@ -48,6 +62,11 @@ class LoadedTokenizer:
     chat_template_sha256: str
     tokenizer_sha256: str | None  # over the tokenizer files, when they are local
     ids_beyond_vocab: int = 0  # tokenizer ids at or above the profile's vocab_size (never sent)
+    tokenizer_class: str = ""
+    tokenizer_module: str = ""
+    remote_code: str | None = None  # the auto_map class (`module.Class`) when the folder ships its code
+    file_sha256: dict[str, str] = field(default_factory=dict)  # tiktoken.model and each remote-code file
+    rendered_template_sha256: str = ""  # the canary conversations as the tokenizer renders them
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -55,23 +74,30 @@ class LoadedTokenizer:
             "tokenizer_sha256": self.tokenizer_sha256,
             "chat_template_sha256": self.chat_template_sha256,
             "profile": self.profile.name,
+            "tokenizer_class": self.tokenizer_class,
+            "tokenizer_module": self.tokenizer_module,
+            "remote_code": self.remote_code,
+            "tokenizer_files_sha256": dict(self.file_sha256),
+            "rendered_template_sha256": self.rendered_template_sha256,
         }
 
 
 def resolve_tokenizer_path(spec: str) -> str:
-    """`standin:kimi-k2.5` builds (once) and returns the project's stand-in; anything else is used as is."""
+    """`standin:kimi-k2.5` (remote code, as the real folder) or `standin:kimi-k2.5-fast` builds (once) and returns
+    the project's stand-in; anything else is used as is."""
     if spec.startswith(STANDIN_PREFIX):
-        from eagle_datagen.standin.kimi_tokenizer import STANDIN_NAME, standin_tokenizer_dir
+        from eagle_datagen.standin.kimi_tokenizer import STANDIN_NAMES, standin_tokenizer_dir
 
         name = spec[len(STANDIN_PREFIX) :]
-        if name != STANDIN_NAME:
-            raise ConfigError(f"unknown stand-in tokenizer {spec!r}: the project ships {STANDIN_PREFIX}{STANDIN_NAME}")
-        return str(standin_tokenizer_dir())
+        if name not in STANDIN_NAMES:
+            shipped = " or ".join(STANDIN_PREFIX + n for n in STANDIN_NAMES)
+            raise ConfigError(f"unknown stand-in tokenizer {spec!r}: the project ships {shipped}")
+        return str(standin_tokenizer_dir(None, name))
     return spec
 
 
 def _hash_files(folder: Path) -> str | None:
-    files = [folder / name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    files = [folder / name for name in TOKENIZER_FILES if (folder / name).is_file()] + remote_code_files(folder)
     if not files:
         return None
     digest = hashlib.sha256()
@@ -85,16 +111,34 @@ def template_sha256(template: str | dict[str, str]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _auto_tokenizer(path: str, trust_remote_code: bool) -> Any:
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # silence "PyTorch was not found"
-    from transformers import AutoTokenizer
+def _hub_auto_map_class(path: str) -> str | None:
+    """`auto_map` of a hub id's tokenizer_config.json (from the hub cache, or the hub when reachable)."""
+    try:
+        from transformers.models.auto.tokenization_auto import get_tokenizer_config
 
+        entry = (get_tokenizer_config(path).get("auto_map") or {}).get("AutoTokenizer")
+    except Exception:  # unreachable hub, no such repo: from_pretrained says so in its own words
+        return None
+    names = [e for e in entry if e] if isinstance(entry, list) else [entry] if entry else []
+    return str(names[0]) if names else None
+
+
+def _auto_tokenizer(path: str, trust_remote_code: bool, where: str) -> tuple[Any, str | None]:
+    """The tokenizer and, when the folder ships its own code, its `module.Class`."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # silence "PyTorch was not found"
     local = Path(path).expanduser()
     if (path.startswith((".", "/", "~")) or local.exists()) and not local.is_dir():
         raise ConfigError(f"tokenizer directory not found: {path} (give the model's directory or hub id)")
+    class_ref = auto_map_class(local) if local.is_dir() else _hub_auto_map_class(path)
+    if class_ref and not trust_remote_code:  # before transformers, which would fall back to a built-in class
+        raise refuse_without_flag(where, class_ref)
+    from transformers import AutoTokenizer
+
     try:
         source = str(local) if local.is_dir() else path
-        return AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except ImportError as exc:
+        raise import_failure(where, class_ref or "its tokenizer code", exc) from None
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
             raise ConfigError(
@@ -106,6 +150,9 @@ def _auto_tokenizer(path: str, trust_remote_code: bool) -> Any:
             f"cannot load tokenizer {path}: {' '.join(str(exc).split())[:300]} "
             "(give a local tokenizer directory, or make the hub reachable)"
         ) from None
+    if class_ref:
+        check_loaded_class(tokenizer, where, class_ref)
+    return tokenizer, class_ref
 
 
 def ids_beyond_vocab(tokenizer: Any, vocab_size: int) -> dict[int, str]:
@@ -155,9 +202,14 @@ def load_tokenizer(
 ) -> LoadedTokenizer:
     """Load and check the tokenizer; `announce=False` (worker processes) keeps the log to the parent's lines."""
     path = resolve_tokenizer_path(spec)
-    tokenizer = _auto_tokenizer(path, trust_remote_code)
+    tokenizer, class_ref = _auto_tokenizer(path, trust_remote_code, spec)
     beyond = check_tokenizer(tokenizer, profile, spec)
     local = Path(path).expanduser()
+    files: dict[str, str] = {}
+    if local.is_dir():
+        for file in [local / "tiktoken.model", *remote_code_files(local)]:
+            if file.is_file():
+                files[file.name] = sha256_of(file)
     loaded = LoadedTokenizer(
         tokenizer=tokenizer,
         profile=profile,
@@ -166,9 +218,22 @@ def load_tokenizer(
         chat_template_sha256=template_sha256(tokenizer.chat_template),
         tokenizer_sha256=_hash_files(local) if local.is_dir() else None,
         ids_beyond_vocab=len(beyond),
+        tokenizer_class=type(tokenizer).__name__,
+        tokenizer_module=type(tokenizer).__module__,
+        remote_code=class_ref,
+        file_sha256=files,
+        rendered_template_sha256=rendered_sha256(render_canaries(tokenizer)),
     )
     if not announce:
         return loaded
+    if profile.reference_tokenizer == "remote_code" and not class_ref:
+        log.warning(
+            "tokenizer %s is not remote code, but %s's own tokenizer is (profile %s): its ids may differ from "
+            "the model's (use the model's folder with --trust-remote-code)",
+            spec,
+            profile.model,
+            profile.name,
+        )
     if beyond:  # normal for Kimi-K2.5 (two reserved ids): said once, at INFO, nothing to fix
         log.info(
             "tokenizer %s has %d id(s) beyond %s's vocabulary of %d (%s): the model can neither read nor emit "

@@ -226,7 +226,9 @@ def client_main(spec: dict[str, Any]) -> None:
     stage.publish_run = timed_publish_run
     summary = stage.run_generation(
         stage.RunOptions(
-            prompts=TokenizeOptions(output=spec["output"], tokenizer="standin:kimi-k2.5", prompts=[spec["prompts"]]),
+            prompts=TokenizeOptions(
+                output=spec["output"], tokenizer="standin:kimi-k2.5", trust_remote_code=True, prompts=[spec["prompts"]]
+            ),
             sglang_urls=spec["urls"],
             run_id=spec["run_id"],
             shard_size=spec["shard_size"],
@@ -436,7 +438,9 @@ def instant_bodies(prompts: Path, path: Path) -> None:
     profile = load_profile("kimi-k2.5")
     records = [validate_record(json.loads(line), origin=f"bench:{i}") for i, line in enumerate(prompts.open())]
     assert all(isinstance(r, PromptRecord) for r in records)
-    result = tokenize_prompts(load_tokenizer("standin:kimi-k2.5", profile), records, max_prompt_tokens=32768)
+    result = tokenize_prompts(
+        load_tokenizer("standin:kimi-k2.5", profile, trust_remote_code=True), records, max_prompt_tokens=32768
+    )
     sampling = category_settings(["bench"], None, profile.sampling, SamplingOverrides())["bench"].sampling
     bodies = [
         SampleRequest.create(

@@ -115,7 +115,17 @@ def run_case(turns: str, prompts: Path, profile: str, decode_ms: float | None, w
             done.wait(POLL_S)
 
     output = Path(tempfile.mkdtemp(prefix=f"{turns}-", dir=workdir))
-    args = [*CLI, "run", "--prompts", str(prompts), "--tokenizer", "standin:kimi-k2.5", "--sglang-url", url]
+    args = [
+        *CLI,
+        "run",
+        "--prompts",
+        str(prompts),
+        "--tokenizer",
+        "standin:kimi-k2.5",
+        "--trust-remote-code",
+        "--sglang-url",
+        url,
+    ]
     args += ["--output", str(output), "--run-id", "bench", "--turns", turns, "--no-canary", "--shard-size", "200"]
     args += ["--max-new-tokens", "1000", "--draft-vocab-size", "16"]
     poller = threading.Thread(target=poll, daemon=True)

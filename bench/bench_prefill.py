@@ -123,7 +123,9 @@ def tokenized(prompts: Path) -> list[tuple[str, list[int]]]:
 
     profile = load_profile("kimi-k2.5")
     records = [validate_record(json.loads(line), origin=f"bench:{i}") for i, line in enumerate(prompts.open())]
-    result = tokenize_prompts(load_tokenizer("standin:kimi-k2.5", profile), records, max_prompt_tokens=32768)
+    result = tokenize_prompts(
+        load_tokenizer("standin:kimi-k2.5", profile, trust_remote_code=True), records, max_prompt_tokens=32768
+    )
     return [(p.record.category, p.prompt_ids) for p in result.prompts]
 
 
@@ -175,7 +177,9 @@ def client_main(spec: dict[str, Any]) -> None:
     stage.publish_run = lambda *args, **kwargs: None
     summary = stage.run_generation(
         stage.RunOptions(
-            prompts=TokenizeOptions(output=spec["output"], tokenizer="standin:kimi-k2.5", prompts=[spec["prompts"]]),
+            prompts=TokenizeOptions(
+                output=spec["output"], tokenizer="standin:kimi-k2.5", trust_remote_code=True, prompts=[spec["prompts"]]
+            ),
             sglang_urls=spec["urls"],
             run_id=spec["run_id"],
             shard_size=spec["shard_size"],

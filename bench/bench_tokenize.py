@@ -69,9 +69,11 @@ def baseline(loaded: LoadedTokenizer, records: Sequence[PromptRecord]) -> Ids:
             ids.update((r.prompt_id, list(x)) for r, x in zip(plain, batch, strict=True))
         for r in chunk:
             if r.tools:
-                ids[r.prompt_id] = list(tok.apply_chat_template(
-                    r.messages, tools=r.tools, add_generation_prompt=True, tokenize=True, return_dict=False
-                ))
+                ids[r.prompt_id] = list(
+                    tok.apply_chat_template(
+                        r.messages, tools=r.tools, add_generation_prompt=True, tokenize=True, return_dict=False
+                    )
+                )
     return ids
 
 
@@ -91,7 +93,7 @@ def main() -> None:
     parser.add_argument("--processes", default="1,2", help="comma-separated process counts for ours")
     args = parser.parse_args()
 
-    loaded = load_tokenizer("standin:kimi-k2.5", load_profile("kimi-k2.5"))
+    loaded = load_tokenizer("standin:kimi-k2.5", load_profile("kimi-k2.5"), trust_remote_code=True)
     records = build_records(args.prompts)
     counts = sorted({1, *(int(p) for p in args.processes.split(","))})
     variants = {"baseline (plain loop)": baseline} | {f"ours, processes={p}": ours(p) for p in counts}
@@ -110,12 +112,16 @@ def main() -> None:
             if expected is None:
                 expected = ids
             assert ids == expected, f"{name} differs from the baseline"
-        print(f"repeat {repeat + 1}/{args.repeats}: "
-              + ", ".join(f"{name} {t[-1]:.2f}s" for name, t in times.items()), flush=True)
+        print(
+            f"repeat {repeat + 1}/{args.repeats}: " + ", ".join(f"{name} {t[-1]:.2f}s" for name, t in times.items()),
+            flush=True,
+        )
 
-    print(f"\npython {platform.python_version()}, transformers {transformers.__version__}, "
-          f"tokenizers {tokenizers.__version__}, {os.cpu_count()} CPUs, N={args.prompts:,} prompts, "
-          f"{args.repeats} repeats, {sum(len(v) for v in expected.values()):,} tokens, ids identical\n")
+    print(
+        f"\npython {platform.python_version()}, transformers {transformers.__version__}, "
+        f"tokenizers {tokenizers.__version__}, {os.cpu_count()} CPUs, N={args.prompts:,} prompts, "
+        f"{args.repeats} repeats, {sum(len(v) for v in expected.values()):,} tokens, ids identical\n"
+    )
     base_rate = args.prompts / statistics.median(times["baseline (plain loop)"])
     print("| variant | median wall (s) | prompts/s | vs baseline |")
     print("|---|---:|---:|---:|")

@@ -96,8 +96,11 @@ def build_weights(seed: int = 0) -> dict[str, np.ndarray]:
     def small(rows: int, cols: int) -> np.ndarray:  # real arithmetic on the way, zeroed by o_proj/down_proj
         return rng.normal(0.0, 0.02, size=(rows, cols)).astype(np.float32)
 
-    weights = {"model.embed_tokens.weight": embed, "lm_head.weight": lm_head,
-               "model.norm.weight": np.ones(HIDDEN, dtype=np.float32)}
+    weights = {
+        "model.embed_tokens.weight": embed,
+        "lm_head.weight": lm_head,
+        "model.norm.weight": np.ones(HIDDEN, dtype=np.float32),
+    }
     for layer in range(LAYERS):
         prefix = f"model.layers.{layer}"
         weights |= {
@@ -140,8 +143,13 @@ def model_config() -> dict:
 
 def check_ids_are_ordinary(tokenizer_dir: Path) -> None:
     """The chain's ordinary ids must be learned tokens of the stand-in, not holes or special ids."""
-    vocab = json.loads((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
-    known = set(vocab.values())
+    if (tokenizer_dir / "tiktoken.model").is_file():  # the remote-code stand-in: `base64(bytes) rank` lines
+        lines = (tokenizer_dir / "tiktoken.model").read_text(encoding="utf-8").split()
+        known = {int(rank) for rank in lines[1::2]}
+    else:
+        known = set(
+            json.loads((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"].values()
+        )
     missing = [i for i in (*REASONING_IDS, *ANSWER_IDS) if i not in known]
     if missing:
         raise SystemExit(f"build_tiny_model: ids {missing[:5]}... are not in the stand-in tokenizer: choose others")
@@ -162,8 +170,10 @@ def build(target: Path, standin_dir: Path) -> None:
     (target / "config.json").write_text(json.dumps(model_config(), indent=2) + "\n", encoding="utf-8")
     generation = {"bos_token_id": BOS, "eos_token_id": IM_END, "do_sample": True, "temperature": 1.0, "top_p": 0.95}
     (target / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")
-    for item in standin_dir.iterdir():  # the stand-in tokenizer, for the test that serves with a tokenizer
-        if item.is_file():
+    # The remote-code stand-in tokenizer (tiktoken.model, tokenization_kimi.py, ...), for the tests that serve with a
+    # tokenizer (loaded with --trust-remote-code, as SGLang loads the real Kimi-K2.5); the model's config stays.
+    for item in standin_dir.iterdir():
+        if item.is_file() and item.name != "config.json":
             shutil.copy2(item, target / item.name)
     (target / "TINY_MODEL.md").write_text(
         "A 2-layer Llama with made-up weights (a bigram chain <think> -> reasoning -> </think> -> answer -> "

@@ -41,10 +41,25 @@ def standin_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def fast_standin_dir() -> Path:
+    from eagle_datagen.standin.kimi_tokenizer import FAST_STANDIN_NAME, standin_tokenizer_dir
+
+    return standin_tokenizer_dir(None, FAST_STANDIN_NAME)
+
+
+@pytest.fixture(scope="session")
+def fast_tokenizer(kimi_profile):
+    """The same ids as a fast tokenizer.json (no remote code): for tests that need a fast tokenizer."""
+    from eagle_datagen.tokenization.loader import load_tokenizer
+
+    return load_tokenizer("standin:kimi-k2.5-fast", kimi_profile).tokenizer
+
+
+@pytest.fixture(scope="session")
 def loaded_tokenizer(kimi_profile):
     from eagle_datagen.tokenization.loader import load_tokenizer
 
-    return load_tokenizer("standin:kimi-k2.5", kimi_profile)
+    return load_tokenizer("standin:kimi-k2.5", kimi_profile, trust_remote_code=True)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from eagle_datagen.tokenization.stage import TokenizeOptions
 
 from conftest import REPO, user_record, write_jsonl
 
-CLI_RUN = [sys.executable, "-m", "eagle_datagen.cli", "run", "--tokenizer", "standin:kimi-k2.5"]
+CLI_RUN = [sys.executable, "-m", "eagle_datagen.cli", "run", "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code"]
 
 
 def run_options(
@@ -33,7 +33,10 @@ def run_options(
     src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"question {i}: " + "word " * i) for i in range(prompts)])
     base = dict(
         prompts=TokenizeOptions(
-            output=output or str(tmp_path / "out"), tokenizer="standin:kimi-k2.5", prompts=[str(src)]
+            output=output or str(tmp_path / "out"),
+            tokenizer="standin:kimi-k2.5",
+            trust_remote_code=True,
+            prompts=[str(src)],
         ),
         sglang_urls=urls,
         run_id=run_id,

@@ -43,6 +43,7 @@ def test_tokenize_recipe_end_to_end(tmp_path, tokenizer):
         str(DEMO_RECIPE),
         "--tokenizer",
         "standin:kimi-k2.5",
+        "--trust-remote-code",
         "--output",
         str(tmp_path),
         "--processes",
@@ -70,6 +71,7 @@ def test_tokenize_prompts_writes_rejects_and_goes_on(tmp_path):
         str(src),
         "--tokenizer",
         "standin:kimi-k2.5",
+        "--trust-remote-code",
         "--output",
         str(tmp_path / "out"),
         "--max-reject-rate",
@@ -85,7 +87,14 @@ def test_tokenize_prompts_writes_rejects_and_goes_on(tmp_path):
 def test_reject_rate_over_the_threshold_fails_after_writing_rejects(tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", [user_record("fine"), b"{x", b"{y"])
     result = cli(
-        "tokenize", "--prompts", str(src), "--tokenizer", "standin:kimi-k2.5", "--output", str(tmp_path / "out")
+        "tokenize",
+        "--prompts",
+        str(src),
+        "--tokenizer",
+        "standin:kimi-k2.5",
+        "--trust-remote-code",
+        "--output",
+        str(tmp_path / "out"),
     )
     assert_one_line_error(result, "2 of 3 prompt records were rejected", "--max-reject-rate")
     assert len((tmp_path / "out" / "rejects" / "rejects.jsonl").read_text().splitlines()) == 2
@@ -99,6 +108,7 @@ def test_missing_file(tmp_path):
         str(tmp_path / "nope.jsonl"),
         "--tokenizer",
         "standin:kimi-k2.5",
+        "--trust-remote-code",
         "--output",
         str(tmp_path / "out"),
     )
@@ -113,6 +123,7 @@ def test_unreadable_source(tmp_path):
         str(tmp_path / "broken.parquet"),
         "--tokenizer",
         "standin:kimi-k2.5",
+        "--trust-remote-code",
         "--output",
         str(tmp_path / "out"),
     )
@@ -126,6 +137,7 @@ def test_unreachable_s3_source(tmp_path):
         "s3://bucket/prompts/",
         "--tokenizer",
         "standin:kimi-k2.5",
+        "--trust-remote-code",
         "--output",
         str(tmp_path / "out"),
         env={
@@ -146,7 +158,14 @@ def test_tokenizer_without_chat_template(tmp_path, standin_dir):
     (tmp_path / "tok" / "chat_template.jinja").unlink()
     src = write_jsonl(tmp_path / "in.jsonl", [user_record("x")])
     result = cli(
-        "tokenize", "--prompts", str(src), "--tokenizer", str(tmp_path / "tok"), "--output", str(tmp_path / "out")
+        "tokenize",
+        "--prompts",
+        str(src),
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--trust-remote-code",
+        "--output",
+        str(tmp_path / "out"),
     )
     assert_one_line_error(result, "has no chat template")
 
@@ -159,7 +178,14 @@ def test_template_not_ending_in_the_profile_token(tmp_path, standin_dir):
     (tmp_path / "tok" / "chat_template.jinja").write_text(template.replace("<|im_middle|><think>", "<|im_middle|>"))
     src = write_jsonl(tmp_path / "in.jsonl", [user_record("x")])
     result = cli(
-        "tokenize", "--prompts", str(src), "--tokenizer", str(tmp_path / "tok"), "--output", str(tmp_path / "out")
+        "tokenize",
+        "--prompts",
+        str(src),
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--trust-remote-code",
+        "--output",
+        str(tmp_path / "out"),
     )
     assert_one_line_error(result, "does not end the prompt in '<think>' (163606)")
 
@@ -194,6 +220,7 @@ def test_recipe_and_prompts_together_are_refused(tmp_path):
         str(DEMO_RECIPE),
         "--tokenizer",
         "standin:kimi-k2.5",
+        "--trust-remote-code",
         "--output",
         str(tmp_path),
     )
@@ -230,8 +257,8 @@ def test_build_standin_tokenizer_command(tmp_path):
     assert result.returncode == 0, result.stderr
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
-    assert tok.convert_tokens_to_ids("<think>") == 163606
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "tok"), trust_remote_code=True)
+    assert tok.convert_tokens_to_ids("<think>") == 163606 and type(tok).__name__ == "TikTokenTokenizer"
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,7 @@ def example_sample(output: Path, run_id: str = "*", category: str = "tool_use") 
     from eagle_datagen.profile import load_profile
     from eagle_datagen.tokenization.loader import load_tokenizer
 
-    tokenizer = load_tokenizer("standin:kimi-k2.5", load_profile("kimi-k2.5")).tokenizer
+    tokenizer = load_tokenizer("standin:kimi-k2.5", load_profile("kimi-k2.5"), trust_remote_code=True).tokenizer
     part = next(output.glob(f"data/category={category}/run={run_id}/part-*.parquet"))
     row = pq.read_table(part).slice(0, 1).to_pylist()[0]
     out = row["output_ids"]
@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             summary = run_generation(
                 RunOptions(
-                    prompts=TokenizeOptions(output=str(output), tokenizer="standin:kimi-k2.5", recipe=str(recipe)),
+                    prompts=TokenizeOptions(
+                        output=str(output), tokenizer="standin:kimi-k2.5", trust_remote_code=True, recipe=str(recipe)
+                    ),
                     sglang_urls=[sim.url],
                     run_id=RUN_ID,
                     shard_size=16,

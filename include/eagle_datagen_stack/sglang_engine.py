@@ -99,6 +99,8 @@ def sglang_command(model_path: Path, port: int, options: ServerOptions = ServerO
     ]
     if options.skip_tokenizer_init:
         args.append("--skip-tokenizer-init")
+    else:  # the model dir's tokenizer is remote code over tiktoken, served as the real Kimi-K2.5 is
+        args.append("--trust-remote-code")
     return args + list(options.extra_args)
 
 

@@ -201,7 +201,9 @@ class LocalStack:
             broker_url=opts.broker_url,
             parallelism=opts.parallelism,
             connections={
-                "sglang_default": sglang_connection(self.sglang_urls),
+                "sglang_default": sglang_connection(
+                    self.sglang_urls, trust_remote_code=True
+                ),  # the stand-in is remote code
                 "aws_default": aws_connection(self.s3.endpoint_url, self.s3.access_key, self.s3.secret_key),
             },
             settings=settings,

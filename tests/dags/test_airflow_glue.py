@@ -216,6 +216,7 @@ def test_a_plan_airflow_cannot_map_withdraws_its_claim_so_the_next_run_generates
         return RunConfig(
             output=str(tmp_path / "out"),
             tokenizer="standin:kimi-k2.5",
+            trust_remote_code=True,
             sglang_urls=[server["url"]],
             run_id=run_id,
             prompts=[str(src)],

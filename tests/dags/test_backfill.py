@@ -38,7 +38,12 @@ DEADLINE_S = 360
 def airflow_deployment(home: Path, recipe: Path, sglang_url: str) -> AirflowDeployment:
     """The deployment's environment: nothing inherited from the in-process Airflow of tests/dags/conftest.py."""
     host, port = sglang_url.removeprefix("http://").split(":")
-    sglang = {"conn_type": "http", "host": host, "port": int(port), "extra": {"tokenizer": "standin:kimi-k2.5"}}
+    sglang = {
+        "conn_type": "http",
+        "host": host,
+        "port": int(port),
+        "extra": {"tokenizer": "standin:kimi-k2.5", "trust_remote_code": True},
+    }
     return AirflowDeployment(
         home=home,
         api_port=free_port(),

@@ -39,8 +39,12 @@ def stack(tmp_path_factory):
     with real_servers(logs, ServerOptions(skip_tokenizer_init=False)) as [(server, proxy)]:
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("EAGLE_DATAGEN_RECIPE", str(recipe))
-            sglang = {"conn_type": "http", "host": "127.0.0.1", "port": proxy.port,
-                      "extra": {"tokenizer": "standin:kimi-k2.5"}}
+            sglang = {
+                "conn_type": "http",
+                "host": "127.0.0.1",
+                "port": proxy.port,
+                "extra": {"tokenizer": "standin:kimi-k2.5", "trust_remote_code": True},
+            }
             mp.setenv("AIRFLOW_CONN_SGLANG_DEFAULT", json.dumps(sglang))
             yield {"server": server, "proxy": proxy, "output": tmp_path_factory.mktemp("out")}
 

@@ -54,7 +54,12 @@ def stack(tmp_path_factory, seaweedfs):
             mp.delenv(key, raising=False)
         mp.setenv("EAGLE_DATAGEN_RECIPE", str(recipe))
         host, port = sim.url.removeprefix("http://").split(":")
-        sglang = {"conn_type": "http", "host": host, "port": int(port), "extra": {"tokenizer": "standin:kimi-k2.5"}}
+        sglang = {
+            "conn_type": "http",
+            "host": host,
+            "port": int(port),
+            "extra": {"tokenizer": "standin:kimi-k2.5", "trust_remote_code": True},
+        }
         mp.setenv("AIRFLOW_CONN_SGLANG_DEFAULT", json.dumps(sglang))
         aws = {
             "conn_type": "aws",

@@ -53,7 +53,7 @@ def deployment(tmp_path_factory):
             "port": int(port),
             "login": "eagle",
             "password": sglang_password,
-            "extra": {"tokenizer": "standin:kimi-k2.5"},
+            "extra": {"tokenizer": "standin:kimi-k2.5", "trust_remote_code": True},
         }
         mp.setenv("AIRFLOW_CONN_SGLANG_DEFAULT", json.dumps(sglang))
         aws = {

@@ -39,7 +39,12 @@ def deployment(tmp_path_factory):
         pytest.MonkeyPatch.context() as mp,
     ):
         mp.setenv("EAGLE_DATAGEN_RECIPE", str(folder / "recipe.yaml"))
-        extra = {"urls": [good.url, sick.url], "tokenizer": "standin:kimi-k2.5", "concurrency": 2}
+        extra = {
+            "urls": [good.url, sick.url],
+            "tokenizer": "standin:kimi-k2.5",
+            "trust_remote_code": True,
+            "concurrency": 2,
+        }
         mp.setenv("AIRFLOW_CONN_SGLANG_DEFAULT", json.dumps({"conn_type": "http", "extra": extra}))
         yield {"output": str(folder / "out"), "good": good, "sick": sick}
 

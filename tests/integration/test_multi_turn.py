@@ -36,7 +36,9 @@ def each_run(tmp_path: Path, url: str, records: list[dict], run_id: str = "r"):
     src = write_jsonl(tmp_path / f"{run_id}.jsonl", records)
     options = dataclasses.replace(
         run_options(tmp_path, [url], run_id=run_id, prompts=1),
-        prompts=TokenizeOptions(output=str(tmp_path / "out"), tokenizer="standin:kimi-k2.5", prompts=[str(src)]),
+        prompts=TokenizeOptions(
+            output=str(tmp_path / "out"), tokenizer="standin:kimi-k2.5", trust_remote_code=True, prompts=[str(src)]
+        ),
         sampling=SamplingOverrides(max_new_tokens=1000, turns="each"),
     )
     return run_generation(options)
@@ -125,6 +127,7 @@ def test_demo_multiturn_recipe_through_the_orchestrator_steps(tmp_path, sim):
     config = RunConfig(
         output=str(tmp_path / "out"),
         tokenizer="standin:kimi-k2.5",
+        trust_remote_code=True,
         sglang_urls=[sim.url],
         run_id="demo",
         recipe=str(REPO / "include" / "recipes" / "demo_multiturn.yaml"),

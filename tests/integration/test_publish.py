@@ -43,6 +43,7 @@ def test_run_to_s3_produces_the_contract_layout(tmp_path, s3_env):
                 str(src),
                 "--tokenizer",
                 "standin:kimi-k2.5",
+                "--trust-remote-code",
                 "--sglang-url",
                 sim.url,
                 "--output",
@@ -139,7 +140,9 @@ def test_run_to_s3_produces_the_contract_layout(tmp_path, s3_env):
 def options(tmp_path, url: str) -> RunOptions:
     src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"q{i}") for i in range(25)])
     return RunOptions(
-        prompts=TokenizeOptions(output=str(tmp_path / "out"), tokenizer="standin:kimi-k2.5", prompts=[str(src)]),
+        prompts=TokenizeOptions(
+            output=str(tmp_path / "out"), tokenizer="standin:kimi-k2.5", trust_remote_code=True, prompts=[str(src)]
+        ),
         sglang_urls=[url],
         run_id="r",
         shard_size=10,
@@ -201,7 +204,10 @@ def test_incremental_run_generates_only_new_prompts(tmp_path):
             **{
                 **nightly.__dict__,
                 "prompts": TokenizeOptions(
-                    output=str(tmp_path / "out"), tokenizer="standin:kimi-k2.5", prompts=[str(grown)]
+                    output=str(tmp_path / "out"),
+                    tokenizer="standin:kimi-k2.5",
+                    trust_remote_code=True,
+                    prompts=[str(grown)],
                 ),
             }
         )
@@ -242,6 +248,7 @@ def test_prompt_rejects_per_source_reach_the_statistics_and_the_report(tmp_path)
         prompts = TokenizeOptions(
             output=str(tmp_path / "out"),
             tokenizer="standin:kimi-k2.5",
+            trust_remote_code=True,
             prompts=[str(src)],
             benchmarks=[f"arith={bench}"],
             near_duplicate_threshold=0.7,

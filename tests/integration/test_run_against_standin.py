@@ -30,6 +30,7 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
             "run",
             "--tokenizer",
             "standin:kimi-k2.5",
+            "--trust-remote-code",
             "--draft-vocab-size",
             "16",
             *args,

@@ -90,6 +90,7 @@ def test_cli_tokenize_from_s3_to_s3(bucket, s3_env):
             "s3://eagle/prompts/",
             "--tokenizer",
             "standin:kimi-k2.5",
+            "--trust-remote-code",
             "--output",
             "s3://eagle/out/run1",
         ],

@@ -163,6 +163,7 @@ def test_a_later_shard_task_learns_of_an_ejection_and_the_report_lists_it(tmp_pa
         config = RunConfig(
             output=str(tmp_path / "out"),
             tokenizer="standin:kimi-k2.5",
+            trust_remote_code=True,
             sglang_urls=[good.url, sick.url],
             run_id="r",
             prompts=[str(src)],

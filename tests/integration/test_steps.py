@@ -29,6 +29,7 @@ def test_steps_run_a_category_end_to_end_through_json(tmp_path):
         config = RunConfig(
             output=str(tmp_path),
             tokenizer="standin:kimi-k2.5",
+            trust_remote_code=True,
             sglang_urls=[sim.url],
             run_id="steps1",
             recipe=str(DEMO_RECIPE),

@@ -101,6 +101,7 @@ def tokenized(tmp_path_factory):
         str(sandbox / "records.jsonl"),
         "--tokenizer",
         "standin:kimi-k2.5",
+        "--trust-remote-code",
         "--output",
         str(out),
         "--max-reject-rate",
@@ -174,7 +175,8 @@ def run_records(records: Path, output: str, run_id: str, *extra: str) -> subproc
 
     with SimServerThread(SimConfig().with_profile("instant")) as sim:
         return cli(
-            "run", "--prompts", str(records), "--tokenizer", "standin:kimi-k2.5", "--sglang-url", sim.url,
+            "run", "--prompts", str(records), "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code",
+            "--sglang-url", sim.url,
             "--output", output, "--run-id", run_id, "--max-reject-rate", "1", "--draft-vocab-size", "16", *extra,
         )  # fmt: skip
 
@@ -229,7 +231,8 @@ def test_each_hostile_source_file_ends_as_its_case_says(case, tmp_path):
     shutil.copy(CORPUS / case["file"], source)
     out = tmp_path / "out"
     result = cli(
-        "tokenize", "--prompts", str(source), "--tokenizer", "standin:kimi-k2.5", "--output", str(out),
+        "tokenize", "--prompts", str(source), "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code",
+        "--output", str(out),
         "--max-reject-rate", "1",
     )  # fmt: skip
     assert all(name == source.name or name.startswith("out/") for name in snapshot(tmp_path))
@@ -257,7 +260,16 @@ def standin_server():
 
 
 def command_for(case: dict, sim_url: str, out: Path) -> list[str]:
-    base = ["run", "--tokenizer", "standin:kimi-k2.5", "--sglang-url", sim_url, "--output", str(out)]
+    base = [
+        "run",
+        "--tokenizer",
+        "standin:kimi-k2.5",
+        "--trust-remote-code",
+        "--sglang-url",
+        sim_url,
+        "--output",
+        str(out),
+    ]
     ok = str(CORPUS / "sources" / "ok.jsonl")
     if case["entry"] == "recipe":
         return [*base, "--recipe", str(CORPUS / case["file"]), "--run-id", "hostile"]

@@ -19,14 +19,14 @@ CODE = REPO / "tests" / "data" / "remote_code_tokenizer" / "tokenization_kimi_li
 
 
 @pytest.fixture(scope="module")
-def kimi_like(tmp_path_factory, standin_dir) -> Path:
+def kimi_like(tmp_path_factory, fast_standin_dir) -> Path:
     """The stand-in's vocabulary and chat template behind the custom tokenizer class, as a model folder ships it."""
     folder = tmp_path_factory.mktemp("kimi-like") / "Kimi-Like"
     folder.mkdir()
     for name in ("tokenizer.json", "chat_template.jinja"):
-        shutil.copy(standin_dir / name, folder / name)
+        shutil.copy(fast_standin_dir / name, folder / name)
     shutil.copy(CODE, folder / CODE.name)
-    added = json.loads((standin_dir / "tokenizer.json").read_text())["added_tokens"]
+    added = json.loads((fast_standin_dir / "tokenizer.json").read_text())["added_tokens"]
     config = {
         "tokenizer_class": "KimiLikeTokenizer",
         "auto_map": {"AutoTokenizer": ["tokenization_kimi_like.KimiLikeTokenizer", None]},
@@ -76,7 +76,7 @@ def test_custom_tokenizer_code_is_refused_without_the_opt_in(kimi_like, tmp_path
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     [line] = [line for line in result.stderr.splitlines() if "error:" in line]
-    assert "runs its own code: pass --trust-remote-code if you trust its source" in line, line
+    assert "ships its own code (tokenization_kimi_like.KimiLikeTokenizer): pass --trust-remote-code" in line, line
     assert not marker.exists()  # not one line of the folder's code ran
     assert not (tmp_path / "o").exists()
 

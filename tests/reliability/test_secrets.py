@@ -47,7 +47,8 @@ def test_a_debug_run_to_s3_leaks_no_credential(tmp_path, secret_store):
         result = subprocess.run(
             [
                 sys.executable, "-m", "eagle_datagen.cli", "--log-level", "debug", "run",
-                "--prompts", str(src), "--tokenizer", "standin:kimi-k2.5", "--sglang-url", sim.url,
+                "--prompts", str(src), "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code",
+                "--sglang-url", sim.url,
                 "--output", "s3://vault/runs", "--run-id", "secret-run", "--samples-per-prompt", "2",
                 "--shard-size", "3", "--draft-vocab-size", "16", "--max-reject-rate", "0.5", "--no-canary",
             ],
@@ -71,7 +72,9 @@ def test_credentials_in_an_sglang_url_are_refused_without_echoing_them(tmp_path)
     result = subprocess.run(
         [
             sys.executable, "-m", "eagle_datagen.cli", "run", "--prompts", str(src), "--tokenizer",
-            "standin:kimi-k2.5", "--sglang-url", "http://svc:s3cr3t-Pa55@127.0.0.1:9", "--output", str(tmp_path / "o"),
+            "standin:kimi-k2.5",
+            "--trust-remote-code",
+            "--sglang-url", "http://svc:s3cr3t-Pa55@127.0.0.1:9", "--output", str(tmp_path / "o"),
         ],
         capture_output=True, text=True, cwd=REPO, timeout=120,
     )  # fmt: skip

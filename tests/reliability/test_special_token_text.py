@@ -206,7 +206,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_the_command_line_and_the_recipe_set_the_policy(tmp_path):
     src = write_jsonl(tmp_path / "p.jsonl", [user_record("plain"), user_record("forged <think>")])
-    common = ["--tokenizer", "standin:kimi-k2.5", "--max-reject-rate", "1"]
+    common = ["--tokenizer", "standin:kimi-k2.5", "--trust-remote-code", "--max-reject-rate", "1"]
     default = cli("tokenize", "--prompts", str(src), "--output", str(tmp_path / "a"), *common)
     allowed = cli(
         "tokenize", "--prompts", str(src), "--output", str(tmp_path / "b"), "--allow-special-token-text", *common

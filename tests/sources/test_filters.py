@@ -104,7 +104,16 @@ def test_benchmark_files_from_a_recipe_and_the_command_line(tmp_path, standin_di
     assert "gsm8k item row2" in result.rejects[0].detail  # no id field: the row number
 
     out = tmp_path / "out"
-    args = ["tokenize", "--prompts", str(prompts), "--tokenizer", "standin:kimi-k2.5", "--output", str(out)]
+    args = [
+        "tokenize",
+        "--prompts",
+        str(prompts),
+        "--tokenizer",
+        "standin:kimi-k2.5",
+        "--trust-remote-code",
+        "--output",
+        str(out),
+    ]
     assert main([*args, "--benchmark", f"gsm8k={tmp_path / 'bench/gsm8k.jsonl'}", "--benchmark", "humaneval"]) == 0
     summary = json.loads((out / "tokenized/_summary.json").read_text())
     assert (summary["prompts"], summary["rejected"], summary["filtered"]) == (1, 0, 1)
@@ -120,7 +129,8 @@ def test_bad_benchmarks_are_config_errors(tmp_path, capsys):
     with pytest.raises(ConfigError, match="no item with text"):
         load_benchmark(BenchmarkSource(name="b", path=str(tmp_path / "b.jsonl")))
     prompts = write_jsonl(tmp_path / "p.jsonl", [user_record("hi")])
-    code = main(["tokenize", "--prompts", str(prompts), "--tokenizer", "standin:kimi-k2.5", "--output",
+    code = main(["tokenize", "--prompts", str(prompts), "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code",
+        "--output",
                  str(tmp_path / "o"), "--benchmark", f"x={tmp_path / 'missing.jsonl'}"])  # fmt: skip
     assert code == 1 and "prompt source not found" in capsys.readouterr().err
 
@@ -153,7 +163,16 @@ def test_near_duplicates_from_the_recipe_and_the_command_line(tmp_path, standin_
     recipe = parse_recipe({"near_duplicates": {}, "categories": {"chat": {"sources": [str(prompts)]}}})
     assert recipe.near_duplicates == NearDuplicates(threshold=0.7, shingle_words=3, num_perm=128)
     out = tmp_path / "out"
-    args = ["tokenize", "--prompts", str(prompts), "--tokenizer", "standin:kimi-k2.5", "--output", str(out)]
+    args = [
+        "tokenize",
+        "--prompts",
+        str(prompts),
+        "--tokenizer",
+        "standin:kimi-k2.5",
+        "--trust-remote-code",
+        "--output",
+        str(out),
+    ]
     assert main([*args, "--near-duplicate-threshold", "0.8"]) == 0
     summary = json.loads((out / "tokenized/_summary.json").read_text())
     assert summary["prompts"] == 1 and summary["sources"][str(prompts)]["rejects"] == {"near_duplicate": 1}

@@ -84,7 +84,16 @@ def _as_if_downloaded(cache: Path, owner: str, name: str, rows: list[dict]) -> N
 
 def _cli(args: list[str], home: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, HF_HOME=str(home), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    command = [sys.executable, "-m", "eagle_datagen.cli", "tokenize", *args, "--tokenizer", "standin:kimi-k2.5"]
+    command = [
+        sys.executable,
+        "-m",
+        "eagle_datagen.cli",
+        "tokenize",
+        *args,
+        "--tokenizer",
+        "standin:kimi-k2.5",
+        "--trust-remote-code",
+    ]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
 
 

@@ -1,7 +1,9 @@
-"""The stand-in Kimi-K2.5 tokenizer: real ids where the pipeline relies on them, K2.5 template shape."""
+"""The stand-in Kimi-K2.5 tokenizer: real ids where the pipeline relies on them, K2.5 template shape, the real
+folder's shape (remote code over tiktoken), and the fast variant with the same ids."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 
@@ -12,6 +14,7 @@ from eagle_datagen.standin.kimi_tokenizer import (
     NAMED_TOKENS,
     TOKENIZER_SIZE,
     build_tokenizer_object,
+    build_vocab,
     gpt2_byte_order,
     gpt2_byte_to_char,
     special_token_table,
@@ -35,7 +38,7 @@ def render(tokenizer, messages, tools=None, add_generation_prompt=True) -> str:
 
 def test_ten_id_example_from_the_real_tokenizer(tokenizer):
     ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True, return_dict=False
+        [{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True, tokenize=True, return_dict=False
     )
     assert ids[-10:] == [220, 17, 10, 17, 30, 163586, 163588, 69702, 163601, 163606]
 
@@ -67,7 +70,8 @@ def test_the_tokenizer_has_258_special_ids_and_two_more_ids_than_the_model(token
     reserved = ["<|reserved_token_163840|>", "<|reserved_token_163841|>"]
     assert tokenizer.convert_ids_to_tokens([163840, 163841]) == reserved
     assert tokenizer.encode("<|reserved_token_163841|>", add_special_tokens=False) == [163841]
-    added = json.loads((standin_dir / "tokenizer.json").read_text())["added_tokens"]
+    decoder = json.loads((standin_dir / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    added = [decoder[key] | {"id": int(key)} for key in decoder]
     assert [t["id"] for t in added] == list(range(163584, 163842))
     assert {t["content"] for t in added if not t["special"]} == {
         "<think>",
@@ -81,14 +85,71 @@ def test_the_tokenizer_has_258_special_ids_and_two_more_ids_than_the_model(token
 
 
 def test_ordinary_text_ids_are_those_of_every_earlier_build(standin_dir):
-    """Tests and benchmarks rely on the ordinary-text ids: the BPE part (ids below 163584 and the merges) is
-    the one build 1 made; only the special ids changed since."""
-    raw = json.loads((standin_dir / "tokenizer.json").read_text())
-    vocab = sorted(((t, i) for t, i in raw["model"]["vocab"].items() if i < 163584), key=lambda kv: kv[1])
-    text = json.dumps([vocab, raw["model"]["merges"]], ensure_ascii=False)
-    assert hashlib.sha256(text.encode()).hexdigest() == (
-        "dd13a23c8157606985eab9cb33912ca01aab4ce1f23748104d6fac86eead0b2c"
+    """Tests and benchmarks rely on the ordinary-text ids: the BPE vocabulary (ids below 163584) is the one
+    builds 1 and 2 made (their tokenizer.json vocab hashed the same); build 3 made it tiktoken ranks."""
+    vocab = sorted(((t, i) for t, i in build_vocab_from_ranks(standin_dir).items()), key=lambda kv: kv[1])
+    assert hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest() == (
+        "c494e8d7134c91888b14c75d9e56546f52d67022c2c636afe667675248d00cee"
     )
+
+
+def build_vocab_from_ranks(folder) -> dict[str, int]:
+    """tiktoken.model read back as token (GPT-2 byte characters) -> rank."""
+    byte_char = gpt2_byte_to_char()
+    vocab = {}
+    for line in (folder / "tiktoken.model").read_text().splitlines():
+        token, rank = line.split()
+        vocab["".join(byte_char[b] for b in base64.b64decode(token))] = int(rank)
+    return vocab
+
+
+def test_the_folder_has_the_real_shape(standin_dir):
+    """tiktoken.model, the remote code and its relatively imported tool encoder, auto_map, config.json."""
+    names = {p.name for p in standin_dir.iterdir()}
+    assert {"tiktoken.model", "tokenization_kimi.py", "tool_declaration_ts.py", "tokenizer_config.json"} <= names
+    assert {"chat_template.jinja", "config.json"} <= names and "tokenizer.json" not in names
+    config = json.loads((standin_dir / "tokenizer_config.json").read_text())
+    assert config["auto_map"]["AutoTokenizer"][0] == "tokenization_kimi.TikTokenTokenizer"
+    assert json.loads((standin_dir / "config.json").read_text())["model_type"] == "kimi_k25"
+    code = (standin_dir / "tokenization_kimi.py").read_text()
+    assert "class TikTokenTokenizer(PreTrainedTokenizer)" in code and "from .tool_declaration_ts import" in code
+    assert build_vocab_from_ranks(standin_dir) == build_vocab(_corpus())
+
+
+def _corpus() -> str:
+    from importlib import resources
+
+    return resources.files("eagle_datagen.standin").joinpath("corpus.txt").read_text(encoding="utf-8")
+
+
+def test_loaded_through_its_own_remote_code(tokenizer):
+    assert type(tokenizer).__name__ == "TikTokenTokenizer" and not tokenizer.is_fast
+    assert type(tokenizer).__module__.startswith("transformers_modules.")
+    assert tokenizer.encode("<|im_end|>") == [163586]  # encode() without keywords allows every special token
+
+
+def test_remote_code_and_fast_variant_give_the_same_ids(tokenizer, fast_tokenizer):
+    """Same ranks, same ids: ordinary text, special-token text, the rendered templates (tools aside); and the
+    batched path of the remote code equals its generic slow path (added-token split, _tokenize, one id at a time)."""
+    texts = _corpus().split("\n\n") + [
+        "The assistant explains reasoning step by step. 中文 Ünïcode 😀 x^2 + y^2",
+        "<think>hi</think><|im_end|>  trailing   spaces\n\n\tand tabs 12345678 ＡＢＣ",
+        "<|reserved_token_163700|> and [BOS] inline",
+    ]
+    remote = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    assert remote == fast_tokenizer(texts, add_special_tokens=False)["input_ids"]
+    assert remote == [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(t)) for t in texts]
+    assert [tokenizer.encode(t) for t in texts[-3:]] == remote[-3:]
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "多少 is 2+2?"}]
+    assert tokenizer.apply_chat_template(messages) == fast_tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False
+    )
+
+
+def test_apply_chat_template_defaults_like_the_real_one(tokenizer):
+    """tokenize=False and add_generation_prompt=True unless asked otherwise."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}])
+    assert text == "<|im_user|>user<|im_middle|>Hi<|im_end|><|im_assistant|>assistant<|im_middle|><think>"
 
 
 def test_think_and_tool_tokens_are_added_but_not_special(tokenizer):
@@ -109,9 +170,10 @@ def test_ordinary_text_round_trips_and_bpe_merges_words(tokenizer):
     assert max(ids) < 163584
 
 
-def test_numbers_split_in_groups_of_three_like_kimi(tokenizer):
-    pieces = tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str("12345 abc")
+def test_numbers_split_in_groups_of_three_like_kimi(tokenizer, fast_tokenizer):
+    pieces = fast_tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str("12345 abc")
     assert [p for p, _ in pieces][:2] == ["123", "45"]
+    assert tokenizer.encode("12345") == tokenizer.encode("123") + tokenizer.encode("45")
 
 
 def test_build_is_deterministic():
@@ -140,8 +202,18 @@ def test_history_assistant_turns_get_empty_think(tokenizer):
     assert text.endswith("<|im_user|>user<|im_middle|>Bye<|im_end|><|im_assistant|>assistant<|im_middle|><think>")
 
 
-def test_tools_are_declared_first_as_tool_declare_turn(tokenizer):
+def test_tools_are_declared_first_as_typescript(tokenizer):
+    """The remote code hands the template the tools as TypeScript (`tools_ts_str`), as the real K2.5 does."""
     text = render(tokenizer, [{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER_TOOL])
+    assert text.startswith(
+        "<|im_system|>tool_declare<|im_middle|># Tools\n\n## functions\nnamespace functions {\n"
+        "// Current weather for a city\ntype get_weather = (_: {\n  city: string,\n}) => any;\n}\n"
+        "<|im_end|><|im_user|>user"
+    )
+
+
+def test_fast_variant_declares_tools_as_json(fast_tokenizer):
+    text = render(fast_tokenizer, [{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER_TOOL])
     declared = json.dumps([WEATHER_TOOL], separators=(",", ":"), sort_keys=True)
     assert text.startswith(f"<|im_system|>tool_declare<|im_middle|>{declared}<|im_end|><|im_user|>user")
 
@@ -155,7 +227,7 @@ def deep_sort(value):
     return value
 
 
-def test_tool_schemas_are_deep_sorted_before_rendering(tokenizer):
+def test_tool_schemas_are_deep_sorted_before_rendering(tokenizer, fast_tokenizer):
     """The real apply_chat_template deep-sorts the tools: the key order of a spec does not change the prompt."""
     tool = {
         "type": "function",
@@ -173,6 +245,9 @@ def test_tool_schemas_are_deep_sorted_before_rendering(tokenizer):
     messages = [{"role": "user", "content": "Weather?"}]
     text = render(tokenizer, messages, tools=[tool])
     assert text == render(tokenizer, messages, tools=[reordered])
+    assert '  city: string,\n  unit: "C" | "F",\n' in text  # properties in sorted order
+    text = render(fast_tokenizer, messages, tools=[tool])
+    assert text == render(fast_tokenizer, messages, tools=[reordered])
     declared = json.dumps([deep_sort(tool)], separators=(",", ":"), ensure_ascii=False)
     assert f"<|im_system|>tool_declare<|im_middle|>{declared}<|im_end|>" in text
     assert '"required":["unit","city"]' in declared  # lists keep their order; only mapping keys are sorted
@@ -240,6 +315,7 @@ def test_generation_prompt_always_ends_in_think(tokenizer, content):
     ids = tokenizer.apply_chat_template(
         [{"role": "system", "content": content}, {"role": "user", "content": content or "x"}],
         add_generation_prompt=True,
+        tokenize=True,
         return_dict=False,
     )
     assert ids[-4:] == [163588, 69702, 163601, 163606]

@@ -143,6 +143,8 @@ def test_the_report_shows_the_share_of_cached_prompt_tokens(kimi_profile):
 
 def pc_lengths(table: pa.Table) -> list[int]:
     return [len(ids) for ids in table["prompt_ids"].to_pylist()]
+
+
 def test_prompt_rejects_by_source_with_benchmark_overlaps(run, tmp_path):
     from eagle_datagen.cli import main
     from eagle_datagen.stats.prompt_rejects import count_prompt_rejects
@@ -155,7 +157,16 @@ def test_prompt_rejects_by_source_with_benchmark_overlaps(run, tmp_path):
     )
     bench = write_jsonl(tmp_path / "b.jsonl", [{"question": "The quick brown fox jumps over the lazy dog " * 2}])
     out = tmp_path / "out"
-    args = ["tokenize", "--prompts", str(prompts), "--tokenizer", "standin:kimi-k2.5", "--output", str(out)]
+    args = [
+        "tokenize",
+        "--prompts",
+        str(prompts),
+        "--tokenizer",
+        "standin:kimi-k2.5",
+        "--trust-remote-code",
+        "--output",
+        str(out),
+    ]
     assert main([*args, "--benchmark", f"pets={bench}", "--max-reject-rate", "0.5"]) == 0
     counts = count_prompt_rejects((out / "rejects/rejects.jsonl").read_bytes())
     assert counts["by_source"] == {

@@ -32,7 +32,7 @@ def test_standin_loads_and_records_hashes(loaded_tokenizer, standin_dir):
 def test_tokenizer_without_chat_template(standin_dir, tmp_path, kimi_profile):
     path = variant(standin_dir, tmp_path, None)
     with pytest.raises(ConfigError, match="has no chat template"):
-        load_tokenizer(str(path), kimi_profile)
+        load_tokenizer(str(path), kimi_profile, trust_remote_code=True)
 
 
 def test_template_that_does_not_end_in_think(standin_dir, tmp_path, kimi_profile):
@@ -40,14 +40,14 @@ def test_template_that_does_not_end_in_think(standin_dir, tmp_path, kimi_profile
     template = template.replace("assistant<|im_middle|><think>", "assistant<|im_middle|>")
     path = variant(standin_dir, tmp_path, template)
     with pytest.raises(ConfigError, match=r"does not end the prompt in '<think>' \(163606\)") as info:
-        load_tokenizer(str(path), kimi_profile)
+        load_tokenizer(str(path), kimi_profile, trust_remote_code=True)
     assert "\n" not in str(info.value)
 
 
 def test_template_that_fails_to_render(standin_dir, tmp_path, kimi_profile):
     path = variant(standin_dir, tmp_path, "{{ raise_exception('no thanks') }}")
     with pytest.raises(ConfigError, match="fails on a one-message prompt: no thanks"):
-        load_tokenizer(str(path), kimi_profile)
+        load_tokenizer(str(path), kimi_profile, trust_remote_code=True)
 
 
 def test_profile_mismatch_names_the_token(tokenizer, kimi_profile, standin_dir):
@@ -65,7 +65,7 @@ def test_profile_mismatch_names_the_token(tokenizer, kimi_profile, standin_dir):
         "prompt_suffix": ["think_start"],
     }
     with pytest.raises(ConfigError, match=r"'<think>' \(think_start\) is id 163606, expected 5"):
-        load_tokenizer(str(standin_dir), parse_profile(raw))
+        load_tokenizer(str(standin_dir), parse_profile(raw), trust_remote_code=True)
 
 
 def small_profile(kimi_profile, vocab_size: int):
@@ -86,7 +86,7 @@ def test_a_tokenizer_larger_than_the_model_is_accepted_and_says_so(standin_dir, 
     """As Kimi-K2.5's real tokenizer (163,842 ids for 163,840 embedding rows): accepted, said once (INFO)."""
     small = small_profile(kimi_profile, 163700)
     with caplog.at_level("INFO", logger="eagle_datagen.tokenization.loader"):
-        loaded = load_tokenizer(str(standin_dir), small)
+        loaded = load_tokenizer(str(standin_dir), small, trust_remote_code=True)
     expected = sum(1 for i in loaded.tokenizer.get_vocab().values() if i >= 163700)
     assert expected >= 140 and loaded.ids_beyond_vocab == expected
     [warning] = [r.getMessage() for r in caplog.records if "beyond" in r.getMessage()]
@@ -94,7 +94,9 @@ def test_a_tokenizer_larger_than_the_model_is_accepted_and_says_so(standin_dir, 
     assert "163700 '<|reserved_token_" in warning and "more)" in warning
     caplog.clear()
     with caplog.at_level("INFO", logger="eagle_datagen.tokenization.loader"):
-        load_tokenizer(str(standin_dir), small, announce=False)  # a worker process: the parent said it
+        load_tokenizer(
+            str(standin_dir), small, trust_remote_code=True, announce=False
+        )  # a worker process: the parent said it
     assert not [r for r in caplog.records if "beyond" in r.getMessage()]
 
 
@@ -142,7 +144,7 @@ def test_a_new_model_is_a_yaml_file_not_code(tmp_path, standin_dir):
     )
     profile = load_profile(str(path))
     assert profile.prompt_suffix_ids == (163601, 163606)
-    assert load_tokenizer(str(standin_dir), profile).profile.name == "my-model"
+    assert load_tokenizer(str(standin_dir), profile, trust_remote_code=True).profile.name == "my-model"
 
 
 @pytest.mark.parametrize(

@@ -83,7 +83,7 @@ def test_template_errors_reject_one_record_and_the_rest_go_on(standin_dir, tmp_p
         "{%- if 'forbidden' in messages[-1]['content'] -%}{{ raise_exception('forbidden word') }}{%- endif -%}"
         + template
     )
-    loaded = load_tokenizer(str(target), kimi_profile)
+    loaded = load_tokenizer(str(target), kimi_profile, trust_remote_code=True)
     records = [validate_record(user_record(t), f"o:{i}") for i, t in enumerate(["fine", "forbidden", "also fine"])]
     result = tokenize_prompts(loaded, records, 1000, processes=1)
     assert [t.record.messages[0]["content"] for t in result.prompts] == ["fine", "also fine"]
@@ -106,7 +106,7 @@ def test_a_prompt_with_an_id_beyond_the_model_vocabulary_is_rejected_and_the_res
             "prompt_suffix": ["think_start"],
         }
     )
-    loaded = load_tokenizer(str(standin_dir), small)
+    loaded = load_tokenizer(str(standin_dir), small, trust_remote_code=True)
     records = [validate_record(user_record(t), f"o:{i}") for i, t in enumerate(["fine", "a [UNK] b", "also fine"])]
     guarded = tokenize_prompts(loaded, records, 1000, processes=1)
     assert [r.reason for r in guarded.rejects] == ["special_token_text"]

@@ -11,6 +11,7 @@ incremental runs that plan while it is in flight leave its samples alone; a dry 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.claims import Claim, claimed_sample_ids, write_claim
@@ -19,6 +20,7 @@ from eagle_datagen.generation.plan_lock import PlanLock, PlanLockPolicy
 from eagle_datagen.inference.samples import make_sample_id
 from eagle_datagen.storage.catalog import Catalog
 from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.tokenization.provenance import check_same_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ def claim_samples(
     claim_ttl_s: float,
     lock_policy: PlanLockPolicy,
     claim: bool = True,
+    tokenizer: dict[str, Any] | None = None,
 ) -> list[PlannedPrompt]:
     """The samples this run plans, claimed under its run id (unless `claim` is False: a dry run, whose plan
     is never generated). Raises NothingToDo when none is new."""
@@ -79,6 +82,9 @@ def claim_samples(
     catalog = Catalog(model, wanted).refresh(root)
     with PlanLock(root, run_id, lock_policy) as lock:
         catalog.refresh(root)  # runs published while this one waited
+        if tokenizer is not None:  # its samples are recognised by prompt, not ids: one tokenizer per root
+            for published, provenance in sorted(catalog.provenance.items()):
+                check_same_tokenizer(published, provenance, tokenizer, "published run")
         in_flight = claimed_sample_ids(root, lock.acquired_at, claim_ttl_s, model, wanted, catalog.runs, run_id)
         kept, kept_ids = keep_new(planned, ids, catalog.sample_ids | in_flight)
         every = {sid for row in ids for sid in row}

@@ -57,11 +57,13 @@ from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, p
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.inference.scheduler import generation_details, run_jobs
+from eagle_datagen.inference.tokenizer_agreement import agreement_check
 from eagle_datagen.profile import load_profile
 from eagle_datagen.progress import Progress
 from eagle_datagen.sources.collect import resolve_sources
 from eagle_datagen.sources.recipe import Defaults, Recipe
 from eagle_datagen.storage.output_root import OutputRoot, open_output_root
+from eagle_datagen.tokenization.provenance import check_same_tokenizer
 from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, collect_and_tokenize, setup_tokenize
 
 log = logging.getLogger(__name__)
@@ -421,6 +423,7 @@ def prepare_plan(
     if existing is UNREAD:
         existing = load_plan(root, run_id)
     if existing is not None:
+        check_same_tokenizer(run_id, existing.provenance, provenance, "run")
         log.info("run %s: continuing the existing plan (%d shards)", run_id, len(existing.shards))
         return existing
     _, tokenized, _ = collect_and_tokenize(setup, root, f"rejects/run={run_id}/rejects.jsonl")
@@ -442,6 +445,7 @@ def prepare_plan(
         claim_ttl_s=options.claim_ttl_s,
         lock_policy=options.plan_lock,
         claim=options.claim,
+        tokenizer=provenance,
     )
     shards = split_into_shards(planned, options.shard_size)
     plan = RunPlan(
@@ -480,6 +484,7 @@ def run_generation(options: RunOptions) -> RunSummary:
             canary,
             allow_model_mismatch=options.allow_model_mismatch,
             wait_s=options.preflight_wait_s,
+            agreement=agreement_check(setup.loaded.tokenizer),
         )
     )
     provenance = setup.loaded.provenance() | {"servers": [s.provenance() for s in servers]}

@@ -38,6 +38,7 @@ from eagle_datagen.generation.stage import (
 from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.preflight import ServerInfo, preflight
 from eagle_datagen.inference.retry import RetryPolicy
+from eagle_datagen.inference.tokenizer_agreement import agreement_check
 from eagle_datagen.profile import load_profile
 from eagle_datagen.sources.collect import check_sources
 from eagle_datagen.sources.recipe import load_recipe
@@ -202,7 +203,15 @@ def preflight_step(config: RunConfig | dict[str, Any]) -> list[dict[str, Any]]:
     if load_plan(open_output_root(cfg.output), cfg.run_id) is None:  # missing sources fail before the canary
         check_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
     canary = canary_request(setup, options)
-    servers = asyncio.run(preflight(cfg.sglang_urls, setup.profile, cfg.model or setup.profile.model, canary))
+    servers = asyncio.run(
+        preflight(
+            cfg.sglang_urls,
+            setup.profile,
+            cfg.model or setup.profile.model,
+            canary,
+            agreement=agreement_check(setup.loaded.tokenizer),
+        )
+    )
     return [dataclasses.asdict(s) for s in servers]
 
 

@@ -304,7 +304,9 @@ async def preflight(
     allow_model_mismatch: bool = False,
     wait_s: float = settings.WAIT_READY_S,
     canary_timeout_s: float = 600.0,
+    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[None]] | None = None,
 ) -> list[ServerInfo]:
+    """`agreement`: the client-vs-server tokenizer check (tokenizer_agreement.py), run after the endpoints pass."""
     check_endpoint_urls(urls)
     timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -314,6 +316,8 @@ async def preflight(
                 for url in urls
             )
         )
+        if agreement is not None:
+            await agreement(session, urls)
     weights = {i.weight_version for i in infos}
     if len(weights) > 1:
         raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")

@@ -28,6 +28,7 @@ class Catalog:
         self.weight_version = weight_version
         self.sample_ids: set[str] = set()
         self.runs: set[str] = set()  # every published run read, whatever its model
+        self.provenance: dict[str, dict] = {}  # run id -> its manifest's provenance (tokenizer hashes), matched runs
 
     def refresh(self, root: OutputRoot) -> Catalog:
         matched = 0
@@ -38,6 +39,7 @@ class Catalog:
             if self.weight_version is not None and manifest.get("weight_version") != self.weight_version:
                 continue
             matched += 1
+            self.provenance[manifest["run_id"]] = manifest.get("provenance") or {}
             for entry in manifest["files"]:
                 if entry["kind"] in ("data", "quarantine"):
                     shard = pq.ParquetFile(StoredFile(root, entry["key"], entry["size"]))

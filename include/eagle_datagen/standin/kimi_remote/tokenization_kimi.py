@@ -122,6 +122,15 @@ class TikTokenTokenizer(PreTrainedTokenizer):
         self.encoder = {token: i for i, token in self.decoder.items()}
         self.n_words = NUM_BASE_TOKENS + NUM_RESERVED_SPECIAL_TOKENS + 2
         kwargs.setdefault("special_tokens_pattern", "none")
+        # The added tokens marked special (turn markers, media, reserved) are skipped when decoding with
+        # skip_special_tokens; think and tool-call tokens are not special and stay.
+        named = {str(bos_token), str(eos_token), str(unk_token), str(pad_token)}
+        special = [
+            _content(token)
+            for token in (added_tokens_decoder or {}).values()
+            if getattr(token, "special", False) and _content(token) not in named
+        ]
+        kwargs["extra_special_tokens"] = special
         super().__init__(
             bos_token=bos_token,
             eos_token=eos_token,

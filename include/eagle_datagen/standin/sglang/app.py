@@ -14,6 +14,7 @@ from eagle_datagen.standin.sglang.generate import handle_generate
 from eagle_datagen.standin.sglang.loads import loads_body
 from eagle_datagen.standin.sglang.metrics import render_metrics
 from eagle_datagen.standin.sglang.state import STATE_KEY, SimState
+from eagle_datagen.standin.sglang.tokenize_route import handle_tokenize
 
 FLUSH_CACHE_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. "
@@ -221,6 +222,8 @@ def build_app(state: SimState) -> web.Application:
     for path in ("/get_server_info", "/server_info"):
         app.router.add_get(path, server_info)
     app.router.add_get("/v1/models", models)
+    for path in ("/v1/tokenize", "/tokenize"):
+        app.router.add_post(path, handle_tokenize)
     app.router.add_route("GET", "/flush_cache", flush_cache)
     app.router.add_route("POST", "/flush_cache", flush_cache)
     app.router.add_get("/metrics", metrics)

@@ -32,7 +32,8 @@ def load_codec(tokenizer_path: str | None) -> TextCodec | None:
     from transformers import AutoTokenizer
 
     if tokenizer_path.startswith("standin:"):
-        from eagle_datagen.standin.kimi_tokenizer import standin_tokenizer_dir
+        from eagle_datagen.tokenization.loader import resolve_tokenizer_path
 
-        tokenizer_path = str(standin_tokenizer_dir())
-    return TextCodec(AutoTokenizer.from_pretrained(tokenizer_path))
+        tokenizer_path = resolve_tokenizer_path(tokenizer_path)
+    # As SGLang serving Kimi-K2.5 with --trust-remote-code (server_info says so): the folder's own code.
+    return TextCodec(AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=True))

@@ -1,0 +1,131 @@
+"""Preflight: the client's tokenizer must give the ids the server's own tokenizer gives.
+
+The pipeline renders and tokenizes prompts itself and sends `input_ids`; the server never sees the text. A client
+tokenizer that differs from the one the server loaded (a look-alike class for the same `model_type`, an older
+`tiktoken.model`, another template) would give prompt ids the model's own tokenizer never produces, and nothing
+downstream would notice. So, where an endpoint loads a tokenizer, a few canary conversations (plain, system
+prompt, tools, multilingual, a prior assistant turn with reasoning: tokenization/canaries.py) are rendered and
+encoded by the server through SGLang's `/v1/tokenize` with `messages` (0.5.23: the chat endpoint's own rendering,
+`add_generation_prompt` passed to the template, encoded without added special tokens), and compared with the
+client's ids, encoded as the pipeline encodes (tokenize.py). A mismatch stops the run with one line naming the
+canary, the first differing position and both tokens. A server started with `--skip-tokenizer-init` has no
+tokenizer to ask: the check is skipped, and said once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.inference.error_body import error_message
+from eagle_datagen.tokenization.canaries import CANARIES
+
+log = logging.getLogger(__name__)
+TOKENIZE_PATH = "/v1/tokenize"
+
+AgreementCheck = Callable[[aiohttp.ClientSession, list[str]], Awaitable[None]]
+
+
+def client_ids(tokenizer: Any) -> dict[str, list[int]]:
+    """The canaries' prompt ids as the pipeline makes them: the tokenizer's own rendering, encoded in one batch."""
+    names = list(CANARIES)
+    texts = [
+        tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        for messages, tools in CANARIES.values()
+    ]
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return dict(zip(names, (list(ids) for ids in encoded), strict=True))
+
+
+def first_difference(client: list[int], server: list[int]) -> int | None:
+    for position, (a, b) in enumerate(zip(client, server, strict=False)):
+        if a != b:
+            return position
+    return None if len(client) == len(server) else min(len(client), len(server))
+
+
+def describe_mismatch(url: str, canary: str, client: list[int], server: list[int], tokenizer: Any) -> str:
+    position = first_difference(client, server)
+    assert position is not None
+
+    def token(ids: list[int]) -> str:
+        if position >= len(ids):
+            return "the end of the prompt"
+        return f"{ids[position]} {tokenizer.convert_ids_to_tokens(ids[position])!r}"
+
+    return (
+        f"SGLang at {url} tokenizes canary {canary!r} differently from this run's tokenizer: first difference at "
+        f"position {position} of {len(client)}: client {token(client)}, server {token(server)}; point --tokenizer at "
+        "the folder the server loads (with --trust-remote-code where it ships code)"
+    )
+
+
+async def _server_info(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    for path in ("/server_info", "/get_server_info"):
+        async with session.get(url.rstrip("/") + path) as response:
+            if response.status == 200:
+                answer = await response.json(content_type=None)
+                return answer if isinstance(answer, dict) else {}
+    return {}
+
+
+async def _server_ids(
+    session: aiohttp.ClientSession, url: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> tuple[list[int] | None, str]:
+    """The server's ids of one canary, or None and why it could not say."""
+    body: dict[str, Any] = {"messages": messages, "add_generation_prompt": True}
+    if tools:
+        body["tools"] = tools
+    async with session.post(url.rstrip("/") + TOKENIZE_PATH, json=body) as response:
+        raw = await response.read()
+        status = response.status
+    if status in (404, 405):
+        return None, f"it has no {TOKENIZE_PATH} route (SGLang before 0.5.23?)"
+    if status != 200:
+        return None, f"{TOKENIZE_PATH} answered {status} ({error_message(raw)[:200]})"
+    try:
+        tokens = json.loads(raw).get("tokens")
+    except (ValueError, AttributeError):
+        tokens = None
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        return None, f"{TOKENIZE_PATH} answered without a list of token ids"
+    return tokens, ""
+
+
+async def check_endpoint_agreement(
+    session: aiohttp.ClientSession, url: str, tokenizer: Any, expected: dict[str, list[int]]
+) -> str | None:
+    """Raise ConfigError on a mismatch; return why the check was skipped, or None when it ran."""
+    info = await _server_info(session, url)
+    if info.get("skip_tokenizer_init") is True:
+        return f"SGLang at {url} runs with --skip-tokenizer-init (no tokenizer to compare with)"
+    for name, (messages, tools) in CANARIES.items():
+        server, why = await _server_ids(session, url, messages, tools)
+        if server is None:
+            return f"SGLang at {url}: {why}"
+        if server != expected[name]:
+            raise ConfigError(describe_mismatch(url, name, expected[name], server, tokenizer))
+    return None
+
+
+def agreement_check(tokenizer: Any) -> AgreementCheck:
+    """The preflight hook: every endpoint's tokenizer against the client's, skipped ones said once."""
+
+    async def check(session: aiohttp.ClientSession, urls: list[str]) -> None:
+        expected = client_ids(tokenizer)
+        skipped = []
+        for url in urls:
+            why = await check_endpoint_agreement(session, url, tokenizer, expected)
+            if why is not None:
+                skipped.append(why)
+        if skipped:
+            log.warning("tokenizer agreement check skipped: %s", "; ".join(skipped))
+        else:
+            log.info("tokenizer agreement: %d canaries give the same ids on %d endpoint(s)", len(expected), len(urls))
+
+    return check

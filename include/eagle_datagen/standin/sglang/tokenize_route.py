@@ -1,0 +1,56 @@
+"""SGLang 0.5.23's `/v1/tokenize` (and `/tokenize`): a prompt encoded, or chat `messages` rendered and encoded.
+
+With `messages`, the server renders them with its tokenizer's own `apply_chat_template` (tools passed on,
+`add_generation_prompt` as given, default true) and encodes the text without added special tokens, as the real
+chat endpoint does. A server without a tokenizer (`--skip-tokenizer-init`) cannot answer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from eagle_datagen.standin.sglang.state import STATE_KEY
+
+
+def _error(message: str, status: int = 400) -> web.Response:
+    body = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": status}
+    return web.Response(body=json.dumps(body).encode(), status=status, content_type="application/json")
+
+
+def _tokens(tokenizer: Any, body: dict[str, Any]) -> list[int] | list[list[int]]:
+    if (body.get("prompt") is None) == (body.get("messages") is None):
+        raise ValueError("Exactly one of 'prompt' or 'messages' must be provided.")
+    add_special = bool(body.get("add_special_tokens", True))
+    if body.get("messages") is not None:
+        generation = body.get("add_generation_prompt")
+        text = tokenizer.apply_chat_template(
+            body["messages"],
+            tools=body.get("tools") or None,
+            add_generation_prompt=generation is not False,
+            tokenize=False,
+            **(body.get("chat_template_kwargs") or {}),
+        )
+        return tokenizer.encode(text, add_special_tokens=False)
+    prompt = body["prompt"]
+    if isinstance(prompt, list):
+        return [tokenizer.encode(text, add_special_tokens=add_special) for text in prompt]
+    return tokenizer.encode(prompt, add_special_tokens=add_special)
+
+
+async def handle_tokenize(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    if state.codec is None:
+        return _error("the server runs with --skip-tokenizer-init: it has no tokenizer", 500)
+    try:
+        body = json.loads(await request.read() or b"{}")
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object")
+        tokens = _tokens(state.codec.tokenizer, body)
+    except (ValueError, TypeError) as exc:
+        return _error(str(exc))
+    count = [len(t) for t in tokens] if tokens and isinstance(tokens[0], list) else len(tokens)
+    answer = {"tokens": tokens, "count": count, "max_model_len": state.config.context_length}
+    return web.Response(body=json.dumps(answer).encode(), content_type="application/json")

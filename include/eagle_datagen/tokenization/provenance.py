@@ -1,0 +1,45 @@
+"""Is this the tokenizer a run was planned with? Compared on the provenance its plan and manifest record.
+
+A run's prompt ids are what its tokenizer made of its prompts; continuing it (a rerun) or extending the runs
+published under an output root (an incremental run, whose samples are recognised by prompt and sampling, not by
+ids) with another tokenizer would mix two tokenizations in one data set. The hashes cover the tokenizer files
+(`tiktoken.model` among them), each remote-code file, the chat template, and the canary conversations as the
+tokenizer renders them (a changed tool encoder shows there even when no file the loader hashes changed).
+Provenance written before a key existed is compared on the keys both sides have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eagle_datagen.errors import ConfigError
+
+COMPARED = (
+    "tokenizer_sha256",
+    "chat_template_sha256",
+    "tokenizer_class",
+    "tokenizer_files_sha256",
+    "rendered_template_sha256",
+)
+
+
+def tokenizer_change(planned: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """What differs between the tokenizer a run recorded and the current one (None: the same)."""
+    for key in COMPARED:
+        if key not in planned or key not in current or planned[key] == current[key]:
+            continue
+        old, new = planned[key], current[key]
+        if isinstance(old, dict) and isinstance(new, dict):
+            changed = sorted(name for name in old.keys() | new.keys() if old.get(name) != new.get(name))
+            return f"{key} of {', '.join(changed)}"
+        return f"{key} {str(old)[:12]} -> {str(new)[:12]}"
+    return None
+
+
+def check_same_tokenizer(run_id: str, planned: dict[str, Any], current: dict[str, Any], what: str) -> None:
+    change = tokenizer_change(planned, current)
+    if change is not None:
+        raise ConfigError(
+            f"{what} {run_id} was made with another tokenizer than this one ({change} changed): use the tokenizer "
+            "it was made with, or start a new --run-id under another output"
+        )

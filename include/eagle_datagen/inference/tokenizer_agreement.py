@@ -49,20 +49,38 @@ def first_difference(client: list[int], server: list[int]) -> int | None:
     return None if len(client) == len(server) else min(len(client), len(server))
 
 
-def describe_mismatch(url: str, canary: str, client: list[int], server: list[int], tokenizer: Any) -> str:
+def describe_mismatch(
+    url: str, canary: str, client: list[int], server: list[int], tokenizer: Any, server_text: str | None = None
+) -> str:
+    """One line: the canary, the first differing position, the client's token and the server's (as the server
+    decodes it, when it said)."""
     position = first_difference(client, server)
     assert position is not None
 
-    def token(ids: list[int]) -> str:
+    def token(ids: list[int], text: str | None) -> str:
         if position >= len(ids):
             return "the end of the prompt"
-        return f"{ids[position]} {tokenizer.convert_ids_to_tokens(ids[position])!r}"
+        return f"{ids[position]} {text if text is not None else tokenizer.decode([ids[position]])!r}"
 
     return (
         f"SGLang at {url} tokenizes canary {canary!r} differently from this run's tokenizer: first difference at "
-        f"position {position} of {len(client)}: client {token(client)}, server {token(server)}; point --tokenizer at "
-        "the folder the server loads (with --trust-remote-code where it ships code)"
+        f"position {position} of {len(client)}: client {token(client, None)}, server {token(server, server_text)}; "
+        "point --tokenizer at the folder the server loads (with --trust-remote-code where it ships code)"
     )
+
+
+async def _server_text(session: aiohttp.ClientSession, url: str, token_id: int) -> str | None:
+    """The server's own reading of one of its ids (SGLang's /v1/detokenize), or None."""
+    try:
+        async with session.post(
+            url.rstrip("/") + "/v1/detokenize", json={"tokens": [token_id], "skip_special_tokens": False}
+        ) as response:
+            if response.status != 200:
+                return None
+            text = (await response.json(content_type=None)).get("text")
+    except (aiohttp.ClientError, ValueError, AttributeError):
+        return None
+    return text if isinstance(text, str) else None
 
 
 async def _server_info(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
@@ -109,7 +127,9 @@ async def check_endpoint_agreement(
         if server is None:
             return f"SGLang at {url}: {why}"
         if server != expected[name]:
-            raise ConfigError(describe_mismatch(url, name, expected[name], server, tokenizer))
+            position = first_difference(expected[name], server)
+            text = await _server_text(session, url, server[position]) if position < len(server) else None
+            raise ConfigError(describe_mismatch(url, name, expected[name], server, tokenizer, text))
     return None
 
 

@@ -139,6 +139,11 @@ def _auto_tokenizer(path: str, trust_remote_code: bool, where: str) -> tuple[Any
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except ImportError as exc:
         raise import_failure(where, class_ref or "its tokenizer code", exc) from None
+    except (AttributeError, SyntaxError, NameError, TypeError) as exc:
+        if not class_ref:
+            raise
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise ConfigError(f"tokenizer {where}: its code ({class_ref}) fails to load: {detail}") from None
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
             raise ConfigError(

@@ -14,12 +14,12 @@ from typing import Any
 
 from eagle_datagen.errors import ConfigError
 
-COMPARED = (
-    "tokenizer_sha256",
-    "chat_template_sha256",
+COMPARED = (  # the most telling first: the first difference is the one named
     "tokenizer_class",
     "tokenizer_files_sha256",
+    "chat_template_sha256",
     "rendered_template_sha256",
+    "tokenizer_sha256",
 )
 
 

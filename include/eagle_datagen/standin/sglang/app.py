@@ -14,7 +14,7 @@ from eagle_datagen.standin.sglang.generate import handle_generate
 from eagle_datagen.standin.sglang.loads import loads_body
 from eagle_datagen.standin.sglang.metrics import render_metrics
 from eagle_datagen.standin.sglang.state import STATE_KEY, SimState
-from eagle_datagen.standin.sglang.tokenize_route import handle_tokenize
+from eagle_datagen.standin.sglang.tokenize_route import handle_detokenize, handle_tokenize
 
 FLUSH_CACHE_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. "
@@ -224,6 +224,8 @@ def build_app(state: SimState) -> web.Application:
     app.router.add_get("/v1/models", models)
     for path in ("/v1/tokenize", "/tokenize"):
         app.router.add_post(path, handle_tokenize)
+    for path in ("/v1/detokenize", "/detokenize"):
+        app.router.add_post(path, handle_detokenize)
     app.router.add_route("GET", "/flush_cache", flush_cache)
     app.router.add_route("POST", "/flush_cache", flush_cache)
     app.router.add_get("/metrics", metrics)

@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's `/v1/tokenize` (and `/tokenize`): a prompt encoded, or chat `messages` rendered and encoded.
+"""SGLang 0.5.23's `/v1/tokenize` (and `/tokenize`): a prompt encoded, or chat `messages` rendered and encoded;
+and `/v1/detokenize` (and `/detokenize`): ids decoded.
 
 With `messages`, the server renders them with its tokenizer's own `apply_chat_template` (tools passed on,
 `add_generation_prompt` as given, default true) and encodes the text without added special tokens, as the real
@@ -53,4 +54,23 @@ async def handle_tokenize(request: web.Request) -> web.Response:
         return _error(str(exc))
     count = [len(t) for t in tokens] if tokens and isinstance(tokens[0], list) else len(tokens)
     answer = {"tokens": tokens, "count": count, "max_model_len": state.config.context_length}
+    return web.Response(body=json.dumps(answer).encode(), content_type="application/json")
+
+
+async def handle_detokenize(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    if state.codec is None:
+        return _error("the server runs with --skip-tokenizer-init: it has no tokenizer", 500)
+    try:
+        body = json.loads(await request.read() or b"{}")
+        tokens = body["tokens"]
+        skip = bool(body.get("skip_special_tokens", True))
+        nested = bool(tokens) and isinstance(tokens[0], list)
+        rows = tokens if nested else [tokens]
+        if not all(isinstance(t, int) for row in rows for t in row):
+            raise ValueError("Invalid input: 'tokens' must be a list of integers.")
+        texts = [state.codec.tokenizer.decode(row, skip_special_tokens=skip) for row in rows]
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        return _error(str(exc))
+    answer = {"text": texts if nested else texts[0]}
     return web.Response(body=json.dumps(answer).encode(), content_type="application/json")

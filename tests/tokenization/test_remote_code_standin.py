@@ -1,0 +1,101 @@
+"""The Kimi-K2.5 stand-in as the real folder is shaped (remote code over tiktoken): loaded only through its own
+code with --trust-remote-code, refused in one line without it (although transformers would silently use its
+built-in kimi_k25 class), one line when the code cannot import, and a provenance that changes with the template,
+tiktoken.model or the code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.tokenization.loader import load_tokenizer
+from standin_variants import break_import, copy_standin, swap_byte_ranks
+
+from conftest import REPO, user_record, write_jsonl
+
+
+def tokenize_cli(tmp_path, tokenizer: str, *extra: str) -> subprocess.CompletedProcess:
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record("What is 2+2?")])
+    args = ["tokenize", "--prompts", str(src), "--tokenizer", tokenizer, "--output", str(tmp_path / "out"), *extra]
+    return subprocess.run(
+        [sys.executable, "-m", "eagle_datagen.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+
+
+def error_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    [line] = [line for line in result.stderr.splitlines() if "error:" in line]
+    return line
+
+
+def test_without_the_flag_refused_in_one_line_although_transformers_has_a_builtin_class(standin_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    lookalike = AutoTokenizer.from_pretrained(str(standin_dir))  # what transformers does on its own: no error
+    assert type(lookalike).__name__ != "TikTokenTokenizer"
+    result = tokenize_cli(tmp_path, str(standin_dir))
+    line = error_line(result)
+    assert str(standin_dir) in line and "tokenization_kimi.TikTokenTokenizer" in line and "--trust-remote-code" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_with_the_flag_it_tokenizes_through_its_own_code(standin_dir, tmp_path):
+    import json
+
+    result = tokenize_cli(tmp_path, "standin:kimi-k2.5", "--trust-remote-code")
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(next((tmp_path / "out").rglob("*summary*.json")).read_text())
+    tokenizer = summary["tokenizer"]
+    assert tokenizer["tokenizer_class"] == "TikTokenTokenizer"
+    assert tokenizer["tokenizer_module"].startswith("transformers_modules.")
+    assert tokenizer["remote_code"] == "tokenization_kimi.TikTokenTokenizer"
+    assert set(tokenizer["tokenizer_files_sha256"]) == {
+        "tiktoken.model",
+        "tokenization_kimi.py",
+        "tool_declaration_ts.py",
+    }
+
+
+def test_remote_code_that_cannot_import_gives_one_line(standin_dir, tmp_path):
+    folder = copy_standin(standin_dir, tmp_path / "tok")
+    break_import(folder)
+    line = error_line(tokenize_cli(tmp_path, str(folder), "--trust-remote-code"))
+    assert "tokenization_kimi.TikTokenTokenizer" in line and "pip install eagle_missing_tokenizer_dep" in line
+
+
+@pytest.mark.parametrize("change", ["template", "tiktoken.model", "tool encoder"])
+def test_a_tampered_tokenizer_changes_the_provenance(standin_dir, tmp_path, kimi_profile, loaded_tokenizer, change):
+    folder = copy_standin(standin_dir, tmp_path / "tok")
+    if change == "template":
+        template = (folder / "chat_template.jinja").read_text()
+        (folder / "chat_template.jinja").write_text(template.replace("{{ tools_ts_str }}", "{{ tools_ts_str }}\n"))
+    elif change == "tiktoken.model":
+        swap_byte_ranks(folder)
+    else:
+        code = (folder / "tool_declaration_ts.py").read_text()
+        (folder / "tool_declaration_ts.py").write_text(code.replace("namespace functions", "namespace tools"))
+    before = loaded_tokenizer.provenance()
+    after = load_tokenizer(str(folder), kimi_profile, trust_remote_code=True).provenance()
+    assert after["tokenizer_sha256"] != before["tokenizer_sha256"]
+    changed = {k for k in ("chat_template_sha256", "rendered_template_sha256") if after[k] != before[k]}
+    files = {k for k, v in after["tokenizer_files_sha256"].items() if before["tokenizer_files_sha256"][k] != v}
+    assert {
+        "template": ({"chat_template_sha256", "rendered_template_sha256"}, set()),
+        "tiktoken.model": (set(), {"tiktoken.model"}),
+        "tool encoder": ({"rendered_template_sha256"}, {"tool_declaration_ts.py"}),
+    }[change] == (changed, files)
+
+
+def test_a_class_other_than_the_auto_map_one_is_refused(standin_dir, tmp_path, kimi_profile):
+    import json
+
+    folder = copy_standin(standin_dir, tmp_path / "tok")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["auto_map"]["AutoTokenizer"][0] = "tokenization_kimi.OtherTokenizer"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError) as info:
+        load_tokenizer(str(folder), kimi_profile, trust_remote_code=True)
+    assert "\n" not in str(info.value)

@@ -1,0 +1,78 @@
+"""The real SGLang 0.5.23 engine serving the tiny model whose folder holds the remote-code Kimi stand-in tokenizer,
+started without --skip-tokenizer-init and with --trust-remote-code (as Kimi-K2.5 is served): the server loads
+our tokenization_kimi.TikTokenTokenizer through transformers' remote-code path, its /v1/tokenize renders the
+canaries through that code, and the preflight's agreement check runs for real: a run passes it, a client
+tokenizer one token off is stopped."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+import requests
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.inference.tokenizer_agreement import agreement_check, client_ids
+from eagle_datagen.tokenization.canaries import CANARIES
+from eagle_datagen.tokenization.loader import load_tokenizer
+from eagle_datagen_stack.sglang_engine import ServerOptions
+from engine_support import published_rows, real_servers
+from generation_runs import run_cli
+from standin_variants import copy_standin, swap_byte_ranks
+
+from conftest import user_record, write_jsonl
+
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    options = ServerOptions(skip_tokenizer_init=False)
+    with real_servers(tmp_path_factory.mktemp("sglang-logs"), options) as [(server, proxy)]:
+        yield server, proxy
+
+
+def check(url: str, tokenizer) -> None:
+    async def go() -> None:
+        async with aiohttp.ClientSession() as session:
+            await agreement_check(tokenizer)(session, [url])
+
+    asyncio.run(go())
+
+
+def test_the_server_tokenizes_the_canaries_through_the_remote_code_as_the_client(engine, tokenizer):
+    server, _ = engine
+    info = requests.get(f"{server.url}/server_info", timeout=10).json()
+    assert info["skip_tokenizer_init"] is False and info["trust_remote_code"] is True
+    expected = client_ids(tokenizer)
+    for name, (messages, tools) in CANARIES.items():
+        body = {"messages": messages, "add_generation_prompt": True} | ({"tools": tools} if tools else {})
+        answer = requests.post(f"{server.url}/v1/tokenize", json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["tokens"] == expected[name], name
+    check(server.url, tokenizer)  # no exception
+
+
+def test_a_run_passes_the_agreement_check(engine, tmp_path):
+    _, proxy = engine
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"question {i}: why?") for i in range(3)])
+    out = tmp_path / "out"
+    args = ["--prompts", str(src), "--output", str(out), "--run-id", "agree", "--max-new-tokens", "96",
+            "--draft-vocab-size", "16", "--sglang-url", proxy.url]  # fmt: skip
+    result = run_cli(args, timeout_s=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"tokenizer agreement: {len(CANARIES)} canaries give the same ids on 1 endpoint(s)" in result.stderr
+    rows = published_rows(out, "agree")
+    assert len(rows["data"]) + len(rows["quarantine"]) == 3
+
+
+def test_a_client_tokenizer_one_token_off_is_stopped(engine, standin_dir, tmp_path, kimi_profile):
+    server, _ = engine
+    folder = copy_standin(standin_dir, tmp_path / "tok")
+    question, at = swap_byte_ranks(folder)
+    client = load_tokenizer(str(folder), kimi_profile, trust_remote_code=True).tokenizer
+    with pytest.raises(ConfigError) as info:
+        check(server.url, client)
+    line = str(info.value)
+    assert "canary 'plain'" in line and f"client {at} '?'" in line and f"server {question} '?'" in line, line

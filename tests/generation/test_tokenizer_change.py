@@ -1,0 +1,45 @@
+"""An incremental run recognises published samples by prompt and sampling, not by ids: under an output root
+whose published runs used another tokenizer, it is refused in one line instead of mixing two tokenizations."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation.stage import prepare_plan, run_generation
+from eagle_datagen.standin.sglang.config import SimConfig
+from eagle_datagen.standin.sglang.runner import SimServerThread
+from eagle_datagen.storage.output_root import open_output_root
+from eagle_datagen.tokenization.stage import setup_tokenize
+from generation_runs import run_options
+from standin_variants import copy_standin, swap_byte_ranks
+
+pytestmark = pytest.mark.slow
+
+
+def test_an_incremental_run_with_another_tokenizer_is_refused(tmp_path, standin_dir):
+    output = str(tmp_path / "out")
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        published = run_generation(
+            run_options(tmp_path, [sim.url], run_id="first", prompts=4, output=output, incremental=True)
+        )
+    assert published.published["data"] + published.published["quarantine"] == 4
+
+    folder = copy_standin(standin_dir, tmp_path / "tok")
+    swap_byte_ranks(folder)
+    opts = run_options(tmp_path, ["http://127.0.0.1:9"], run_id="second", prompts=6, output=output, incremental=True)
+    opts = dataclasses.replace(opts, prompts=dataclasses.replace(opts.prompts, tokenizer=str(folder)))
+    setup = setup_tokenize(opts.prompts)
+    provenance = setup.loaded.provenance() | {"servers": [{"weight_version": "default"}]}
+    with pytest.raises(ConfigError) as info:
+        prepare_plan(setup, open_output_root(output), "second", opts, provenance, "default")
+    line = str(info.value)
+    assert "\n" not in line
+    assert "published run first was made with another tokenizer" in line and "tiktoken.model" in line
+
+    same = run_options(tmp_path, ["http://127.0.0.1:9"], run_id="third", prompts=6, output=output, incremental=True)
+    setup = setup_tokenize(same.prompts)
+    plan = prepare_plan(setup, open_output_root(output), "third", same, setup.loaded.provenance(), "default")
+    assert plan.total_samples == 2  # the same tokenizer: only the two new prompts

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conversation_records import call, multi_turn_record, tool_loop_record
 from eagle_datagen.conversation.assistant_message import AssistantMessage, ToolCall
 from eagle_datagen.conversation.trajectory import Trajectory, split_turns
@@ -50,8 +52,12 @@ def test_a_source_without_user_message_is_one_step():
     assert trajectory.after_answer(AssistantMessage("", "answer")) == "complete"
 
 
-def test_stand_in_reads_the_declared_tools_back_from_the_prompt(tokenizer):
+@pytest.mark.parametrize("variant", ["remote code (TypeScript)", "fast (JSON)"])
+def test_stand_in_reads_the_declared_tools_back_from_the_prompt(tokenizer, fast_tokenizer, variant):
     record = tool_loop_record(["search", "book"])
-    text = tokenizer.apply_chat_template(record["messages"][:1], tools=record["tools"], tokenize=False)
-    assert [t["function"]["name"] for t in declared_tools(text)] == ["search", "book"]
+    tok = tokenizer if variant.startswith("remote") else fast_tokenizer
+    text = tok.apply_chat_template(record["messages"][:1], tools=record["tools"], tokenize=False)
+    tools = declared_tools(text)
+    assert [t["function"]["name"] for t in tools] == ["search", "book"]
+    assert arguments_for(tools[0]["function"]) == arguments_for(record["tools"][0]["function"])
     assert arguments_for(record["tools"][0]["function"]) == '{"q":"demo"}'

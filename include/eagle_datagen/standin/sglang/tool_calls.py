@@ -1,6 +1,7 @@
 """Tool calls in the Kimi format from the stand-in (`tool_calls: true`, with a tokenizer).
 
-A prompt whose chat template declared tools (`<|im_system|>tool_declare<|im_middle|>{json}<|im_end|>`) gets,
+A prompt whose chat template declared tools (`<|im_system|>tool_declare<|im_middle|>{tools}<|im_end|>`, the tools
+as TypeScript, as Kimi-K2.5's remote code renders them, or as JSON from a fast tokenizer) gets,
 for as long as some declared tool has not been called in the conversation, an answer that calls the next
 one in declaration order: its reasoning, `</think>`, then
 `<|tool_calls_section_begin|><|tool_call_begin|>functions.{name}:{n}<|tool_call_argument_begin|>{json}
@@ -12,12 +13,33 @@ with `no_recorded_result`: tool loops run end to end against the stand-in.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from eagle_datagen.standin.sglang.text import TextCodec
 
 DECLARE = "<|im_system|>tool_declare<|im_middle|>"
 CALL_BEGIN = "<|tool_call_begin|>"
+
+
+TS_FUNCTION = re.compile(r"^type (\w+) = \((?:_: \{)?")
+TS_PROPERTY = re.compile(r"^  (\w+)\??: ")
+
+
+def typescript_tools(body: str) -> list[dict[str, Any]]:
+    """`type NAME = (_: { prop: T, ... }) => any;` declarations: each function's name and top-level properties."""
+    tools: list[dict[str, Any]] = []
+    for line in body.splitlines():
+        function = TS_FUNCTION.match(line)
+        if function:
+            tools.append(
+                {"type": "function", "function": {"name": function.group(1), "parameters": {"properties": {}}}}
+            )
+            continue
+        prop = TS_PROPERTY.match(line)
+        if prop and tools:
+            tools[-1]["function"]["parameters"]["properties"][prop.group(1)] = {}
+    return tools
 
 
 def declared_tools(prompt_text: str) -> list[dict[str, Any]]:
@@ -28,7 +50,7 @@ def declared_tools(prompt_text: str) -> list[dict[str, Any]]:
     try:
         tools = json.loads(body)
     except ValueError:
-        return []
+        return typescript_tools(body)
     return (
         [t for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
         if isinstance(tools, list)

@@ -46,7 +46,12 @@ BUILD_VERSION = "3"  # 3: tiktoken ranks, remote-code variant; 2: 258 special id
 STANDIN_NAME = "kimi-k2.5"  # the remote-code stand-in (needs trust_remote_code)
 FAST_STANDIN_NAME = "kimi-k2.5-fast"  # the same ids as a fast tokenizer.json
 STANDIN_NAMES = (STANDIN_NAME, FAST_STANDIN_NAME)
-REMOTE_CODE_FILES = ("tokenization_kimi.py", "tool_declaration_ts.py")
+# The remote code, kept as modules of this package (linted, packaged) and copied into the folder as files.
+REMOTE_CODE_MODULES = (
+    "eagle_datagen.standin.kimi_remote.tokenization_kimi",
+    "eagle_datagen.standin.kimi_remote.tool_declaration_ts",
+)
+REMOTE_CODE_FILES = tuple(module.rsplit(".", 1)[1] + ".py" for module in REMOTE_CODE_MODULES)
 
 BPE_RANKS = 163584  # the real tokenizer's tiktoken ranks; special ids start here
 RESERVED_SPECIAL_IDS = 256 + 2  # tokenization_kimi.py: num_reserved_special_tokens + 2

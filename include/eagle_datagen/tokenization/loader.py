@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from eagle_datagen.tokenization.remote_code import (
 )
 
 log = logging.getLogger(__name__)
+_LOAD_LOCK = threading.Lock()
 STANDIN_PREFIX = "standin:"
 PROBE_MESSAGES = [{"role": "user", "content": "Hello"}]
 TOKENIZER_FILES = (
@@ -136,7 +138,8 @@ def _auto_tokenizer(path: str, trust_remote_code: bool, where: str) -> tuple[Any
 
     try:
         source = str(local) if local.is_dir() else path
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        with _LOAD_LOCK:  # transformers' remote-code import is not thread-safe (planners may load in threads)
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except ImportError as exc:
         raise import_failure(where, class_ref or "its tokenizer code", exc) from None
     except (AttributeError, SyntaxError, NameError, TypeError) as exc:

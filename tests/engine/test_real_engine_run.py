@@ -128,20 +128,12 @@ def test_server_sigkilled_mid_run_then_restarted(engine, tmp_path):
 
 
 def _tokenizer_with_reserved_ids(standin_dir, target):
-    """The stand-in shaped like the real Kimi-K2.5 tokenizer: ids up to 163,841 (two reserved ids above the
-    model's vocab_size 163,840). Returns the directory and the text of id 163841."""
+    """The stand-in has the real Kimi-K2.5 tokenizer's shape: ids up to 163,841 (two reserved ids above the
+    model's vocab_size 163,840). Returns a copy of it (remote code, loaded with --trust-remote-code) and the text
+    of id 163841."""
     shutil.copytree(standin_dir, target)
-    spec_path = target / "tokenizer.json"
-    spec = json.loads(spec_path.read_text(encoding="utf-8"))
-    vocab = spec["model"]["vocab"]
-    for token_id in range(max(vocab.values()) + 1, 163_842):  # none once the stand-in has the real shape
-        name = f"<|reserved_token_{token_id - 163_584}|>"
-        vocab[name] = token_id
-        spec["added_tokens"].append({"id": token_id, "content": name, "single_word": False, "lstrip": False,
-                                     "rstrip": False, "normalized": False, "special": True})
-    spec_path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    text = next(t for t, i in vocab.items() if i == 163_841)
-    return target, text
+    config = json.loads((target / "tokenizer_config.json").read_text(encoding="utf-8"))
+    return target, config["added_tokens_decoder"]["163841"]["content"]
 
 
 def test_out_of_vocab_prompt_never_reaches_the_server(engine, tmp_path, standin_dir):

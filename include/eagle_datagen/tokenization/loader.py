@@ -133,7 +133,7 @@ def _auto_tokenizer(path: str, trust_remote_code: bool, where: str) -> tuple[Any
         raise ConfigError(f"tokenizer directory not found: {path} (give the model's directory or hub id)")
     class_ref = auto_map_class(local) if local.is_dir() else _hub_auto_map_class(path)
     if class_ref and not trust_remote_code:  # before transformers, which would fall back to a built-in class
-        raise refuse_without_flag(where, class_ref)
+        raise refuse_without_flag(where if where == path else f"{where} ({path})", class_ref)
     from transformers import AutoTokenizer
 
     try:

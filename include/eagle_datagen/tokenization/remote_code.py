@@ -40,9 +40,8 @@ def auto_map_class(folder: Path) -> str | None:
 
 def refuse_without_flag(where: str, class_ref: str) -> ConfigError:
     return ConfigError(
-        f"tokenizer {where} ships its own code ({class_ref}): pass --trust-remote-code (recipe trust_remote_code: "
-        "true, Airflow connection extra trust_remote_code) to tokenize with it; it is never replaced by a "
-        "built-in class"
+        f"tokenizer {where} ships its own code ({class_ref}): pass --trust-remote-code (in Airflow, the "
+        "connection extra trust_remote_code: true) to tokenize with it; it is never replaced by a built-in class"
     )
 
 

@@ -45,7 +45,10 @@ print(json.dumps({"rows": len(b), "t2d": t2d.nonzero().flatten().tolist()}))
 """
 
 
-def test_prepare_data_on_our_jsonl_writes_our_speculators_export(tmp_path, standin_dir):
+def test_prepare_data_on_our_jsonl_writes_our_speculators_export(tmp_path, fast_standin_dir):
+    # The fast stand-in (the remote-code one's ids as a tokenizer.json): the speculators environment has no
+    # tiktoken, which the remote-code folder (like the real Kimi-K2.5) needs with --trust-remote-code.
+    standin_dir = fast_standin_dir
     root = LocalOutputRoot(str(tmp_path / "root"))
     draft = publish(root, "r1", {"math": [shard_rows(0, 20, "math", "r1")], "code": [shard_rows(50, 10, "code", "r1")]})
     assert draft is not None

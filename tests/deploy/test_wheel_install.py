@@ -4,9 +4,10 @@ Every other test imports the package from include/ (the editable install of `mak
 the source tree is at hand. The Docker image and `pip install` get only what the wheel ships, so a data file
 missing from pyproject.toml's package-data (the stand-in's chat template was) fails only there. This test
 repeats the Dockerfile's own install steps: the files it copies into /opt/airflow/project are copied into a
-temporary folder, installed with the same `pip install --no-deps` into a fresh venv, and the installed
-`eagle-datagen` then runs `tokenize`, `serve-sim` and a short `run`, from a temporary working folder, with a
-fresh cache (the stand-in tokenizer is built from the installed files) and nothing of include/ on sys.path.
+temporary folder (less what .dockerignore leaves out of the build context), installed with the same
+`pip install --no-deps` into a fresh venv, and the installed `eagle-datagen` then runs `tokenize`, `serve-sim`
+and a short `run`, from a temporary working folder, with a fresh cache (the stand-in tokenizer is built from
+the installed files) and nothing of include/ on sys.path.
 
 The image's first step (`pip install -r requirements.txt -c constraints.txt`, Airflow included) is not
 repeated: a full install takes minutes (docs/testing.md). The fresh venv reaches the project venv's
@@ -62,6 +63,13 @@ def project_install_steps() -> tuple[list[tuple[list[str], str]], list[str]]:
     return copies, install
 
 
+def dockerignore_patterns() -> list[str]:
+    """.dockerignore's patterns as name globs (what the build context leaves out: an editable install's
+    egg-info, whose file list would otherwise put missing package data back into the wheel)."""
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    return [line.strip().removeprefix("**/") for line in lines if line.strip() and not line.startswith("#")]
+
+
 def test_every_data_file_of_the_package_is_package_data():
     """A file under include/eagle_datagen that is not a module must match pyproject.toml's package-data."""
     import fnmatch
@@ -90,7 +98,8 @@ def installed(tmp_path_factory) -> Path:
         for source in sources:
             src = REPO / source
             if src.is_dir():
-                shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+                ignore = shutil.ignore_patterns(*dockerignore_patterns())
+                shutil.copytree(src, target, ignore=ignore, dirs_exist_ok=True)
             else:
                 target.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, target / src.name)

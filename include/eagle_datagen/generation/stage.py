@@ -101,7 +101,7 @@ class RunOptions:
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     shard_size: int = settings.SHARD_SIZE
     concurrency: int | None = None  # per endpoint; default from the server's max_running_requests
-    balance: str = "prefix-affinity"  # or "least-outstanding" (BALANCE_POLICIES); matters with several URLs
+    balance: str = settings.BALANCE  # or "least-outstanding" (BALANCE_POLICIES); matters with several URLs
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
@@ -156,35 +156,45 @@ def check_run_id(run_id: str) -> str:
 def category_settings(
     categories: list[str], recipe: Recipe | None, profile_sampling: dict[str, float], overrides: SamplingOverrides
 ) -> dict[str, CategorySettings]:
-    """Sampling per category: flags > recipe category > recipe defaults (or the profile's recommendation)."""
-    cli = {
-        k: v
-        for k, v in {
-            "max_new_tokens": overrides.max_new_tokens,
-            "temperature": overrides.temperature,
-            "top_p": overrides.top_p,
-            "top_k": overrides.top_k,
-        }.items()
-        if v is not None
-    }
-    settings = {}
+    """Sampling per category, every value by the one precedence (settings.PRECEDENCE): flag or form > recipe
+    category > recipe defaults > the model profile's recommendation > the built-in default, whether or not the
+    run has a recipe."""
+    given = dataclasses.asdict(overrides)
+    chosen = {}
     for category in categories:
-        if recipe is not None and category in recipe.categories:
-            base = recipe.sampling_for(category).model_dump(exclude_none=True)
-            per_prompt = recipe.samples_per_prompt_for(category)
-            turns, max_tool_steps = recipe.turns_for(category), recipe.max_tool_steps_for(category)
-        else:
-            defaults = Defaults()
-            base = defaults.sampling.model_dump(exclude_none=True) | profile_sampling
-            per_prompt = 1
-            turns, max_tool_steps = defaults.turns, defaults.max_tool_steps
-        settings[category] = CategorySettings(
-            sampling=base | cli,
-            samples_per_prompt=overrides.samples_per_prompt or per_prompt,
-            turns=overrides.turns or turns,
-            max_tool_steps=max_tool_steps,
+        spec = recipe.categories.get(category) if recipe is not None else None
+        in_category = spec.sampling.model_dump() if spec is not None and spec.sampling is not None else {}
+        in_defaults = recipe.defaults.sampling.model_dump() if recipe is not None else {}
+        sampling = {}
+        for name in dict.fromkeys([*settings.SAMPLING, *profile_sampling]):
+            value = settings.resolve(
+                name,
+                given=given.get(name),
+                category=in_category.get(name),
+                defaults=in_defaults.get(name),
+                profile=profile_sampling.get(name),
+            )
+            if value is not None:  # top_k and min_p are off unless something sets them
+                sampling[name] = value
+        defaults = recipe.defaults if recipe is not None else Defaults()
+        chosen[category] = CategorySettings(
+            sampling=sampling,
+            samples_per_prompt=settings.resolve(
+                "samples_per_prompt",
+                given=overrides.samples_per_prompt,
+                category=spec.samples_per_prompt if spec is not None else None,
+                defaults=defaults.samples_per_prompt,
+            ),
+            turns=settings.resolve(
+                "turns", given=overrides.turns, category=spec.turns if spec is not None else None, defaults=defaults.turns
+            ),
+            max_tool_steps=settings.resolve(
+                "max_tool_steps",
+                category=spec.max_tool_steps if spec is not None else None,
+                defaults=defaults.max_tool_steps,
+            ),
         )
-    return settings
+    return chosen
 
 
 def resolve_thresholds(options: RunOptions, recipe: Recipe | None) -> RunOptions:

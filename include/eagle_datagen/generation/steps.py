@@ -73,7 +73,7 @@ class RunConfig:
     turns: str | None = None  # last | each; None: the recipe's
     shard_size: int = settings.SHARD_SIZE
     concurrency: int | None = None
-    balance: str = "prefix-affinity"
+    balance: str = settings.BALANCE
     incremental: bool = False
     per_weight_version: bool = False
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
@@ -108,6 +108,7 @@ class RunConfig:
     # True when the user asked for draft_vocab_size: a run with fewer distinct tokens then fails instead of
     # being published without a vocabulary (publish.PublishOptions).
     draft_vocab_required: bool = False
+    front_end: str = "cli"  # "cli" or "airflow": messages name a setting as this front end calls it
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)  # every step builds storage keys from it, finalize included

@@ -4,7 +4,8 @@ Airflow validates a run's conf against these schemas when the run is created (th
 trigger -c`, the REST API, `dag.test(run_conf=...)`), and refuses a bad value with
 `Invalid input for param <name>: ...`. Sampling defaults are the recipe's values for the category, so
 the form shows what a scheduled run uses; a value the recipe does not set is empty, and the run takes the model
-profile's recommendation, else settings.py's default (settings.PRECEDENCE, the same as on the command line). Credentials never go here: only connection ids.
+profile's recommendation, else settings.py's default (settings.PRECEDENCE, the same as on the command line).
+Credentials never go here: only connection ids.
 """
 
 from __future__ import annotations

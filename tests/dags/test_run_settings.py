@@ -12,9 +12,9 @@ import typing
 import pytest
 from pydantic import BaseModel
 
+from eagle_datagen import settings
 from eagle_datagen.cli import build_parser
 from eagle_datagen.generation.steps import RunConfig
-from eagle_datagen import settings
 from eagle_datagen.settings import RECIPE_STRUCTURE, RUN_SETTINGS, setting
 from eagle_datagen.sources.benchmarks import BenchmarkSource
 from eagle_datagen.sources.recipe import CategorySpec, Defaults, Recipe, SourceSpec, load_recipe
@@ -188,3 +188,13 @@ def test_the_form_defaults_are_the_declared_ones_where_the_recipe_has_no_say():
     params = category_params(load_recipe(REPO / "include/recipes/demo.yaml"), "math", "s3://x/y", 32000)
     for name in ("shard_size", "dry_run", "sglang_conn_id", "aws_conn_id", "limit"):
         assert params[name].value == setting(name).default, name
+
+
+def test_the_configuration_reference_is_generated_from_the_table():
+    text = (REPO / "docs/configuration.md").read_text()
+    start, end = text.find(settings.REFERENCE_START), text.find(settings.REFERENCE_END)
+    assert start >= 0 and end > start, "docs/configuration.md lost its generated settings reference"
+    shown = text[start : end + len(settings.REFERENCE_END)]
+    assert shown == settings.reference_table(), (
+        "docs/configuration.md's settings reference is stale: paste `.venv/bin/python -m eagle_datagen.settings`"
+    )

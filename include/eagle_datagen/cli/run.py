@@ -15,7 +15,6 @@ from eagle_datagen.cli.arguments import (
     positive_float,
     positive_int,
     probability,
-    prompt_settings,
     top_k,
 )
 from eagle_datagen.conversation import TURNS

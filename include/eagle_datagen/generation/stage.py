@@ -186,7 +186,10 @@ def category_settings(
                 defaults=defaults.samples_per_prompt,
             ),
             turns=settings.resolve(
-                "turns", given=overrides.turns, category=spec.turns if spec is not None else None, defaults=defaults.turns
+                "turns",
+                given=overrides.turns,
+                category=spec.turns if spec is not None else None,
+                defaults=defaults.turns,
             ),
             max_tool_steps=settings.resolve(
                 "max_tool_steps",

@@ -132,6 +132,7 @@ def tokenized(prompts: Path) -> list[tuple[str, list[int]]]:
 
 def client_main(spec: dict[str, Any]) -> None:
     import eagle_datagen.generation.stage as stage
+    import eagle_datagen.generation.steps as steps
     from eagle_datagen.tokenization.stage import TokenizeOptions
 
     last_done: dict[str, float] = {}
@@ -169,11 +170,12 @@ def client_main(spec: dict[str, Any]) -> None:
         }
 
     stage.GenerateClient = TimedClient if standin else CountingClient
-    stage.generate_pending = timed_generation_phase(
+    steps.generate_pending = timed_generation_phase(
         stage.generate_pending, phase, reset_sim_stats=standin, on_start=counting_starts, more=affinity_counts
     )
-    stage.publish_run = lambda *args, **kwargs: None
-    summary = stage.run_generation(
+    steps.publish_shard = lambda *args, **kwargs: 0  # the run's steps look these names up at call time
+    steps.finalize_step = lambda *args, **kwargs: {}
+    summary = steps.run_generation(
         stage.RunOptions(
             prompts=TokenizeOptions(output=spec["output"], tokenizer="standin:kimi-k2.5", prompts=[spec["prompts"]]),
             sglang_urls=spec["urls"],

@@ -224,7 +224,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from eagle_datagen.generation.stage import run_generation
+    from eagle_datagen.generation.steps import run_generation
 
     summary = run_generation(run_config(args).options())
     print(format_run_summary(summary.to_json()))

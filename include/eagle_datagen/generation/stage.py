@@ -19,7 +19,6 @@ import logging
 import math
 import re
 import secrets
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,11 +33,10 @@ from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints, should_checkpoint
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
 from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
-from eagle_datagen.generation.incremental import NothingToDo, claim_samples
+from eagle_datagen.generation.incremental import claim_samples
 from eagle_datagen.generation.plan import (
     CategorySettings,
     RunPlan,
-    check_plan_matches,
     is_conversation_shard,
     load_plan,
     shard_conversations,
@@ -47,22 +45,21 @@ from eagle_datagen.generation.plan import (
     write_plan,
 )
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
-from eagle_datagen.generation.publish import PublishOptions, publish_run
+from eagle_datagen.generation.publish import PublishOptions
 from eagle_datagen.generation.screen import AnswerScreen
 from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, prompt_groups, spaced_samples
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
-from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, preflight
+from eagle_datagen.inference.preflight import ServerInfo
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.inference.scheduler import generation_details, run_jobs
 from eagle_datagen.profile import load_profile
 from eagle_datagen.progress import Progress
-from eagle_datagen.sources.collect import resolve_sources
 from eagle_datagen.sources.recipe import Defaults, Recipe
-from eagle_datagen.storage.output_root import OutputRoot, open_output_root
-from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, collect_and_tokenize, setup_tokenize
+from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, collect_and_tokenize
 
 log = logging.getLogger(__name__)
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # no dots: manifest artifacts use them
@@ -118,6 +115,7 @@ class RunOptions:
     claim: bool = True  # False for a dry run: a plan that is never generated holds no samples
     canary_max_new_tokens: int = 4096
     preflight_wait_s: float = settings.WAIT_READY_S
+    front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
 
 
 @dataclass
@@ -468,91 +466,3 @@ def prepare_plan(
     write_plan(root, plan, [prompts for _, prompts in shards])
     log.info("run %s: planned %d samples in %d shards", run_id, plan.total_samples, len(plan.shards))
     return plan
-
-
-def run_generation(options: RunOptions) -> RunSummary:
-    started = time.monotonic()
-    if not options.sglang_urls:
-        raise ConfigError("give at least one --sglang-url")
-    check_endpoint_urls(options.sglang_urls)
-    # An empty --run-id (an unset variable in a script) must not quietly start a new run instead of resuming.
-    run_id = check_run_id(options.run_id if options.run_id is not None else new_run_id())
-    setup = setup_tokenize(options.prompts)
-    options = resolve_thresholds(options, setup.recipe)
-    root = open_output_root(options.prompts.output)
-    existing = load_plan(root, run_id)
-    if existing is None:  # a rerun works from its plan and needs no sources; the plan reuses this listing
-        setup.resolved_sources = resolve_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
-    model = options.model or setup.profile.model
-    canary = canary_request(setup, options, existing)
-    servers = asyncio.run(
-        preflight(
-            options.sglang_urls,
-            setup.profile,
-            model,
-            canary,
-            allow_model_mismatch=options.allow_model_mismatch,
-            wait_s=options.preflight_wait_s,
-        )
-    )
-    provenance = setup.loaded.provenance() | {"servers": [s.provenance() for s in servers]}
-    try:
-        plan = prepare_plan(setup, root, run_id, options, provenance, servers[0].weight_version, existing)
-    except NothingToDo as done:
-        log.info("%s", done)
-        return RunSummary(
-            run_id,
-            root.uri,
-            0,
-            0,
-            0,
-            0,
-            0,
-            {},
-            {},
-            0,
-            None,
-            [s.provenance() for s in servers],
-            round(time.monotonic() - started, 2),
-        )
-    if existing is not None:
-        wanted = RunPlan(
-            run_id,
-            model,
-            plan.profile,
-            category_settings(list(plan.categories), setup.recipe, setup.profile.sampling, options.sampling),
-            plan.shards,
-            plan.provenance,
-        )
-        check_plan_matches(plan, wanted)
-    tally = StoredTally()
-    resumed, generated, client = asyncio.run(
-        generate_pending(
-            root,
-            plan,
-            [s.index for s in plan.shards],
-            servers,
-            options,
-            vocab_size=setup.profile.vocab_size,
-            tokenizer=setup.loaded.tokenizer,
-            tally=tally,
-        )
-    )
-    finish, done = tally.finish, tally.done  # counted on the way: the checkpoints are read once more, to publish
-    published = publish_run(root, plan, setup.profile, options.publish) if done == plan.total_samples else None
-    return RunSummary(
-        run_id=run_id,
-        output=root.uri,
-        shards=len(plan.shards),
-        samples=plan.total_samples,
-        resumed=resumed,
-        generated=generated - (plan.total_samples - done),
-        pending=plan.total_samples - done,
-        finish=dict(finish),
-        failures=dict(client.stats.failures),
-        retries=client.stats.retries,
-        published=published.__dict__ if published else None,
-        servers=[s.provenance() for s in servers],
-        elapsed_s=round(time.monotonic() - started, 2),
-        endpoints=client.screen.summary() if isinstance(client.screen, AnswerScreen) else {},
-    )

@@ -214,9 +214,11 @@ def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | No
         return None
     if plan is not None:
         sampling = next(iter(plan.categories.values())).sampling
-    else:
-        settings = category_settings(["canary"], setup.recipe, setup.profile.sampling, options.sampling)
-        sampling = settings["canary"].sampling
+    else:  # the first category the run plans: the canary asks what the run will
+        recipe = setup.recipe
+        planned = options.prompts.categories or (list(recipe.categories) if recipe is not None else None) or [""]
+        first = sorted(planned)[0]
+        sampling = category_settings([first], recipe, setup.profile.sampling, options.sampling)[first].sampling
     ids = setup.loaded.tokenizer.apply_chat_template(
         CANARY_MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False
     )

@@ -616,6 +616,10 @@ def named(name: str, front_end: str) -> str:
         return entry.cli
     if front_end == "airflow" and entry.form:
         return f"the {entry.form} param"
+    if front_end == "airflow" and (entry.airflow or "").startswith("extra:"):
+        return f"the SGLang connection's extra {entry.airflow.removeprefix('extra:')!r}"
+    if front_end == "airflow" and (entry.airflow or "").startswith("env:"):
+        return entry.airflow.removeprefix("env:")
     if front_end == "recipe" and entry.recipe:
         return f"the recipe's {entry.recipe}"
     return name

@@ -198,3 +198,15 @@ def test_the_configuration_reference_is_generated_from_the_table():
     assert shown == settings.reference_table(), (
         "docs/configuration.md's settings reference is stale: paste `.venv/bin/python -m eagle_datagen.settings`"
     )
+
+
+@pytest.mark.parametrize("entry", RUN_SETTINGS, ids=[s.name for s in RUN_SETTINGS])
+def test_messages_name_a_setting_as_each_front_end_calls_it(entry):
+    assert settings.named(entry.name, "cli") == (entry.cli or entry.name)
+    airflow = settings.named(entry.name, "airflow")
+    if entry.form:
+        assert airflow == f"the {entry.form} param"
+    elif (entry.airflow or "").startswith("extra:"):
+        assert repr(entry.airflow.removeprefix("extra:")) in airflow
+    if entry.cli and entry.form and entry.cli.removeprefix("--") != entry.form:
+        assert entry.cli not in airflow  # an Airflow user has no such flag

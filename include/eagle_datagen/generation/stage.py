@@ -438,16 +438,19 @@ def prepare_plan(
         return existing
     _, tokenized, _ = collect_and_tokenize(setup, root, f"rejects/run={run_id}/rejects.jsonl")
     if not tokenized.prompts:
-        raise DataGenError("no prompts left to generate after validation: check the sources and --categories")
+        raise DataGenError(
+            "no prompts left to generate after validation: check the sources and "
+            + settings.named("categories", options.front_end)
+        )
     categories = sorted({p.record.category for p in tokenized.prompts})
-    settings = category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
+    chosen = category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
     model = options.model or setup.profile.model
-    planned = [(p, list(range(settings[p.record.category].samples_per_prompt))) for p in tokenized.prompts]
+    planned = [(p, list(range(chosen[p.record.category].samples_per_prompt))) for p in tokenized.prompts]
     planned = claim_samples(
         root,
         run_id,
         planned,
-        settings,
+        chosen,
         model,
         weight_version,
         incremental=options.incremental,
@@ -461,7 +464,7 @@ def prepare_plan(
         run_id=run_id,
         model=model,
         profile=setup.profile.name,
-        categories=settings,
+        categories=chosen,
         shards=[info for info, _ in shards],
         provenance=provenance,
     )

@@ -210,3 +210,23 @@ def test_messages_name_a_setting_as_each_front_end_calls_it(entry):
         assert repr(entry.airflow.removeprefix("extra:")) in airflow
     if entry.cli and entry.form and entry.cli.removeprefix("--") != entry.form:
         assert entry.cli not in airflow  # an Airflow user has no such flag
+
+
+def test_every_flag_reaches_its_run_config_field():
+    """settings.from_flags finds each flag by its argparse attribute: a flag with another `dest` would be lost."""
+    actions = run_actions()
+    for entry in RUN_SETTINGS:
+        if entry.cli and entry.config:
+            assert actions[entry.cli].dest == settings.flag_dest(entry), entry.cli
+
+
+def test_every_form_param_and_connection_extra_reaches_run_config():
+    from eagle_datagen_airflow.deployment import Deployment
+    from eagle_datagen_airflow.form import category_params
+
+    params = category_params(load_recipe(REPO / "include/recipes/demo.yaml"), "math", "s3://x/y", 32000)
+    values = settings.from_form({name: param.value for name, param in params.items()})
+    assert set(values) >= {s.config for s in RUN_SETTINGS if s.form and s.config and params[s.form].value is not None}
+    extra = {f.name: f"v-{f.name}" for f in dataclasses.fields(Deployment)}
+    mapped = settings.from_connection(extra)
+    assert set(mapped) == {s.config for s in RUN_SETTINGS if (s.airflow or "").startswith("extra:")}

@@ -217,13 +217,18 @@ class RunContext:
     _plan: RunPlan | None | Unread = UNREAD
     _thresholds_resolved: bool = False
 
+    def __post_init__(self) -> None:
+        # An empty run id (an unset variable in a script) is refused, not replaced by a new run's id.
+        run_id = check_run_id(self.options.run_id if self.options.run_id is not None else new_run_id())
+        self.options = dataclasses.replace(self.options, run_id=run_id)
+
     @classmethod
     def of(cls, config: RunConfig | dict[str, Any] | RunContext) -> RunContext:
         return config if isinstance(config, RunContext) else cls(_config(config).options())
 
     @property
     def run_id(self) -> str:
-        return check_run_id(self.options.run_id if self.options.run_id is not None else new_run_id())
+        return self.options.run_id
 
     def setup(self) -> TokenizeSetup:
         """Tokenizer, profile and recipe, loaded once per process; the diagnosis thresholds resolved against
@@ -410,7 +415,6 @@ def run_generation(options: RunOptions) -> RunSummary:
     started = time.monotonic()
     ctx = RunContext(options)
     run_id = ctx.run_id
-    ctx.options = dataclasses.replace(options, run_id=run_id)
     servers = preflight_step(ctx)
     planned = plan_step(ctx, servers)
     infos = _servers(servers)

@@ -196,11 +196,6 @@ class RunConfig:
             max_rates=dict(self.max_rates),
         )
 
-    def resolved_options(self) -> RunOptions:
-        """`options()` with the diagnosis thresholds resolved against the recipe (for the steps that do
-        not load the tokenizer setup)."""
-        return resolve_thresholds(self.options(), load_recipe(self.recipe) if self.recipe else None)
-
 
 def _config(config: RunConfig | dict[str, Any]) -> RunConfig:
     return config if isinstance(config, RunConfig) else RunConfig.from_dict(config)

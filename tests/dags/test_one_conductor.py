@@ -36,8 +36,9 @@ def deployment(tmp_path_factory):
     lines = (DEMO_PROMPTS / "math.jsonl").read_text(encoding="utf-8").splitlines()[:8]
     (folder / "math.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     recipe = folder / "recipe.yaml"
+    # named as the demo recipe: a DAG parsed earlier in the session (with the demo recipe) then names the same asset
     recipe.write_text(
-        "version: 1\nname: conductor\nseed: 3\ndefaults:\n  sampling: {max_new_tokens: 128}\n"
+        "version: 1\nname: demo\nseed: 3\ndefaults:\n  sampling: {max_new_tokens: 128}\n"
         "categories:\n  math:\n    sources: [math.jsonl]\n    sampling: {top_p: 0.9}\n",
         encoding="utf-8",
     )

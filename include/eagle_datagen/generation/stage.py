@@ -216,7 +216,8 @@ def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | No
         sampling = next(iter(plan.categories.values())).sampling
     else:  # the first category the run plans: the canary asks what the run will
         recipe = setup.recipe
-        planned = options.prompts.categories or (list(recipe.categories) if recipe is not None else None) or [""]
+        chosen = options.prompts.categories if options.prompts is not None else None
+        planned = chosen or (list(recipe.categories) if recipe is not None else None) or [""]
         first = sorted(planned)[0]
         sampling = category_settings([first], recipe, setup.profile.sampling, options.sampling)[first].sampling
     ids = setup.loaded.tokenizer.apply_chat_template(

@@ -198,6 +198,7 @@ def timed_generation_phase(
 def client_main(spec: dict[str, Any]) -> None:
     """Run `run_generation` with its generation phase timed; write the figures to spec["result"]."""
     import eagle_datagen.generation.stage as stage
+    import eagle_datagen.generation.steps as steps
     from eagle_datagen.generation.publish import PublishOptions
     from eagle_datagen.tokenization.stage import TokenizeOptions
 
@@ -211,20 +212,26 @@ def client_main(spec: dict[str, Any]) -> None:
             last_done[result.endpoint] = time.time()
             return result
 
-    def timed_publish_run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        if not spec.get("publish", True):
-            return None
-        usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        published = original_publish(*args, **kwargs)
-        after = resource.getrusage(resource.RUSAGE_SELF)
-        phase.update(publish_wall_s=time.perf_counter() - wall, publish_cpu_s=cpu_seconds(after) - cpu_seconds(usage))
-        return published
+    def timed_publish(publish):  # noqa: ANN001, ANN202
+        def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+            published = publish(*args, **kwargs)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            phase["publish_wall_s"] = phase.get("publish_wall_s", 0.0) + time.perf_counter() - wall
+            phase["publish_cpu_s"] = phase.get("publish_cpu_s", 0.0) + cpu_seconds(after) - cpu_seconds(usage)
+            return published
 
-    original_publish = stage.publish_run
-    stage.GenerateClient = TimedClient  # run_generation looks these names up at call time
-    stage.generate_pending = timed_generation_phase(stage.generate_pending, phase)
-    stage.publish_run = timed_publish_run
-    summary = stage.run_generation(
+        return run
+
+    stage.GenerateClient = TimedClient  # the run's steps look these names up at call time
+    steps.generate_pending = timed_generation_phase(stage.generate_pending, phase)
+    if spec.get("publish", True):  # publishing: the shards (generate step), then the run (finalize step)
+        steps.publish_shard = timed_publish(steps.publish_shard)
+        steps.finalize_run = timed_publish(steps.finalize_run)
+    else:
+        steps.publish_shard = lambda *args, **kwargs: 0
+        steps.finalize_step = lambda *args, **kwargs: {}
+    summary = steps.run_generation(
         stage.RunOptions(
             prompts=TokenizeOptions(
                 output=spec["output"], tokenizer="standin:kimi-k2.5", trust_remote_code=True, prompts=[spec["prompts"]]

@@ -134,6 +134,7 @@ def tokenized(prompts: Path) -> list[tuple[str, list[int]]]:
 
 def client_main(spec: dict[str, Any]) -> None:
     import eagle_datagen.generation.stage as stage
+    import eagle_datagen.generation.steps as steps
     from eagle_datagen.tokenization.stage import TokenizeOptions
 
     last_done: dict[str, float] = {}
@@ -171,11 +172,12 @@ def client_main(spec: dict[str, Any]) -> None:
         }
 
     stage.GenerateClient = TimedClient if standin else CountingClient
-    stage.generate_pending = timed_generation_phase(
+    steps.generate_pending = timed_generation_phase(
         stage.generate_pending, phase, reset_sim_stats=standin, on_start=counting_starts, more=affinity_counts
     )
-    stage.publish_run = lambda *args, **kwargs: None
-    summary = stage.run_generation(
+    steps.publish_shard = lambda *args, **kwargs: 0  # the run's steps look these names up at call time
+    steps.finalize_step = lambda *args, **kwargs: {}
+    summary = steps.run_generation(
         stage.RunOptions(
             prompts=TokenizeOptions(
                 output=spec["output"], tokenizer="standin:kimi-k2.5", trust_remote_code=True, prompts=[spec["prompts"]]
@@ -250,7 +252,8 @@ def run_case(profile: str, replicas: int, policy: str, prompts: Path, args: argp
     }
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's options, shared with prefill_real_engine.py (which imports this module, never the reverse)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="fast:2,fast:4,realistic:4", help="profile:replicas, comma-separated")
     parser.add_argument("--fast-seconds", type=float, default=30.0, help="length of a fast case (default 30)")
@@ -268,15 +271,18 @@ def main() -> None:
     parser.add_argument("--real-prompts", type=int, default=500, help="prompts of an sglang run (default 500)")
     parser.add_argument("--real-max-new-tokens", type=int, default=16, help="of an sglang run (default 16)")
     parser.add_argument("--client", metavar="SPEC", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     if args.client:
         return client_main(json.loads(Path(args.client).read_text()))
     if args.quick:
         args.cases, args.fast_seconds = "fast:2,fast:4", 8.0
-    if args.engine in ("sglang", "serve-sim-cpu"):
-        from prefill_real_engine import run_real_engine
-
-        return run_real_engine(args)
+    if args.engine in ("sglang", "serve-sim-cpu"):  # its own script, so that it imports this one, not the reverse
+        real = Path(__file__).with_name("prefill_real_engine.py")
+        os.execv(sys.executable, [sys.executable, str(real), *sys.argv[1:]])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"commit {commit or '?'}; {os.cpu_count()} CPUs; K = {args.samples}; {SLOTS} slots per replica", flush=True)
     work = Path(tempfile.mkdtemp(prefix="bench-prefill-"))

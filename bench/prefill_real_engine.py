@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 
 from bench_generate import CLI
-from bench_prefill import POLICIES, ideal_prefill, run_client, tokenized, write_prompts
+from bench_prefill import POLICIES, build_parser, ideal_prefill, run_client, tokenized, write_prompts
 from eagle_datagen_stack.sglang_engine import (
     ServerOptions,
     SGLangServer,
@@ -191,3 +191,10 @@ def run_real_engine(args: argparse.Namespace) -> None:
             f"| {REPLICAS} {servers_kind} | {r['policy']} | {r['requests']:,} | {r['computed'] / r['ideal']:.2f}x "
             f"| {r['cached'] / r['sent']:.1%} | {r['req_s']:.2f} |"
         )
+
+
+if __name__ == "__main__":  # `bench_prefill.py --engine sglang|serve-sim-cpu` runs this script with its arguments
+    args = build_parser().parse_args()
+    if args.engine == "serve-sim":
+        args.engine = "sglang"
+    run_real_engine(args)

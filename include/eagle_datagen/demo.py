@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 from eagle_datagen.cli import format_run_summary
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.publish import PublishOptions
-from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
+from eagle_datagen.generation.stage import RunOptions, SamplingOverrides
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.tokenization.stage import TokenizeOptions

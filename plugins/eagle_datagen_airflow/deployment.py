@@ -29,6 +29,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
+from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -44,11 +45,11 @@ class Deployment:
 
     urls: list[str]
     tokenizer: str
-    profile: str = "kimi-k2.5"
+    profile: str = settings.default_of("profile")
     model: str | None = None
     trust_remote_code: bool = False
     concurrency: int | None = None
-    balance: str = "prefix-affinity"
+    balance: str = settings.default_of("balance")
 
 
 def sglang_deployment(conn_id: str) -> Deployment:
@@ -75,11 +76,11 @@ def sglang_deployment(conn_id: str) -> Deployment:
     return Deployment(
         urls=[str(u).rstrip("/") for u in urls],
         tokenizer=str(tokenizer),
-        profile=str(extra.get("profile") or "kimi-k2.5"),
+        profile=str(extra.get("profile") or settings.default_of("profile")),
         model=extra.get("model"),
         trust_remote_code=_flag(extra.get("trust_remote_code", False)),
         concurrency=int(extra["concurrency"]) if extra.get("concurrency") else None,
-        balance=str(extra.get("balance") or "prefix-affinity"),
+        balance=str(extra.get("balance") or settings.default_of("balance")),
     )
 
 

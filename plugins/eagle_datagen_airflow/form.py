@@ -3,7 +3,9 @@
 Airflow validates a run's conf against these schemas when the run is created (the UI form, `airflow dags
 trigger -c`, the REST API, `dag.test(run_conf=...)`), and refuses a bad value with
 `Invalid input for param <name>: ...`. Sampling defaults are the recipe's values for the category, so
-the form shows what a scheduled run uses. Credentials never go here: only connection ids.
+the form shows what a scheduled run uses; a value the recipe does not set is empty, and the run takes the model
+profile's recommendation, else settings.py's default (settings.PRECEDENCE, the same as on the command line).
+Credentials never go here: only connection ids.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ OUTPUT_PATTERN = r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.*)$"
 def _number(default: float | int | None, kind: str, **schema: Any) -> Param:
     """A number param; nullable only when the recipe leaves the value to the model profile."""
     return Param(default, type=kind if default is not None else ["null", kind], **schema)
+
+
+def _unset(name: str) -> str:
+    """What an empty sampling param means (settings.PRECEDENCE), as the form says it."""
+    default = settings.default_of(name)
+    return f"Empty: the model profile's recommendation, else {default}." if default is not None else "Empty: off."
 
 
 def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size: int) -> dict[str, Param]:
@@ -73,7 +81,7 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             minimum=0,
             maximum=2,
             title="Temperature",
-            description="Sampling temperature (0-2). Default: the recipe's value.",
+            description="Sampling temperature (0-2). Default: the recipe's value. " + _unset("temperature"),
             section=SAMPLING,
         ),
         "top_p": _number(
@@ -82,7 +90,7 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             exclusiveMinimum=0,
             maximum=1,
             title="Top p",
-            description="Nucleus sampling (above 0, at most 1). Default: the recipe's value.",
+            description="Nucleus sampling (above 0, at most 1). Default: the recipe's value. " + _unset("top_p"),
             section=SAMPLING,
         ),
         "max_new_tokens": _number(
@@ -90,11 +98,12 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             "integer",
             minimum=1,
             title="Max new tokens",
-            description="Longest output per sample; longer ones are quarantined as finish_length.",
+            description="Longest output per sample; longer ones are quarantined as finish_length. Default: the "
+            "recipe's value. " + _unset("max_new_tokens"),
             section=SAMPLING,
         ),
         "shard_size": Param(
-            settings.SHARD_SIZE,
+            settings.default_of("shard_size"),
             type="integer",
             minimum=1,
             title="Shard size",
@@ -111,7 +120,7 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
         ),
         "max_rates": max_rates_param(recipe),
         "dry_run": Param(
-            False,
+            settings.default_of("dry_run"),
             type="boolean",
             title="Dry run",
             description="Preflight and plan only (writes the plan), generate nothing.",
@@ -125,7 +134,7 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             section=RUN,
         ),
         "sglang_conn_id": Param(
-            "sglang_default",
+            settings.default_of("sglang_conn_id"),
             type="string",
             minLength=1,
             title="SGLang connection",
@@ -169,7 +178,7 @@ def storage_params(output: str) -> dict[str, Param]:
             section=DEPLOYMENT,
         ),
         "aws_conn_id": Param(
-            "aws_default",
+            settings.default_of("aws_conn_id"),
             type="string",
             minLength=1,
             title="AWS connection",

@@ -92,33 +92,20 @@ def claim_ttl_s() -> float:
 def run_config(
     category: str, recipe: str, run_id: str, params: Mapping[str, Any], deployment: Deployment
 ) -> dict[str, Any]:
-    """The run's settings as JSON (what the steps take); connection ids and credentials stay out."""
+    """The run's settings as JSON (what the steps take); connection ids and credentials stay out. The params and
+    the connection's extra map to settings by the one declaration (eagle_datagen.settings)."""
+    import dataclasses
+
+    from eagle_datagen import settings
     from eagle_datagen.generation.steps import RunConfig  # not at parse time: it pulls in pyarrow
 
     return RunConfig(
-        output=params["output"],
-        tokenizer=deployment.tokenizer,
-        sglang_urls=deployment.urls,
+        **settings.from_form(dict(params)),
+        **settings.from_connection(dataclasses.asdict(deployment)),
         run_id=run_id,
         recipe=recipe,
         categories=[category],
-        profile=deployment.profile,
-        model=deployment.model,
-        limit=params["limit"],
-        near_duplicate_threshold=params.get("near_duplicate_threshold"),
-        max_new_tokens=params["max_new_tokens"],
-        temperature=params["temperature"],
-        top_p=params["top_p"],
-        samples_per_prompt=params["samples_per_prompt"],
-        turns=params.get("turns"),
-        shard_size=params["shard_size"],
-        concurrency=deployment.concurrency,
-        balance=deployment.balance,
-        incremental=not params["force_regenerate"],
         per_weight_version=True,  # new weights make every sample new
         claim_ttl_s=claim_ttl_s(),
-        dry_run=params["dry_run"],
-        draft_vocab_size=params["draft_vocab_size"],
-        max_rates=dict(params["max_rates"]),
-        trust_remote_code=deployment.trust_remote_code,
+        front_end="airflow",
     ).to_dict()

@@ -109,8 +109,9 @@ def assemble_release(
     categories: list[str], params: Mapping[str, Any], dag_run: Any, asset_event: Any
 ) -> dict[str, Any]:
     """The release of every category's published runs under the output root; the asset event says where."""
+    from eagle_datagen.generation.release import assemble_release
     from eagle_datagen.storage.output_root import open_output_root
-    from eagle_datagen_airflow.release import assemble_release, release_key
+    from eagle_datagen.storage.releases import release_key
     from eagle_datagen_airflow.runs import sanitize
 
     release_id = sanitize(dag_run.run_id)

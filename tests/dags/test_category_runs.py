@@ -17,7 +17,7 @@ from eagle_datagen.storage.manifest import list_manifests, verify_manifest
 from eagle_datagen.storage.objects import sha256_hex
 from eagle_datagen.storage.output_root import open_output_root
 from eagle_datagen.storage.parquet import decode_shard
-from eagle_datagen_airflow.release import release_key
+from eagle_datagen.storage.releases import release_key
 from eagle_datagen_airflow.runs import run_id_for, sanitize
 
 pytestmark = pytest.mark.slow

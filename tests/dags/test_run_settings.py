@@ -12,6 +12,7 @@ import typing
 import pytest
 from pydantic import BaseModel
 
+from eagle_datagen import settings
 from eagle_datagen.cli import build_parser
 from eagle_datagen.generation.steps import RunConfig
 from eagle_datagen.settings import RECIPE_STRUCTURE, RUN_SETTINGS, setting
@@ -117,33 +118,68 @@ def test_a_setting_missing_from_a_front_end_says_why(entry):
         assert entry.config, f"{entry.name} comes from the connection but no RunConfig field carries it"
 
 
-def test_the_front_ends_defaults_are_the_declared_ones():
-    """A front end that states a constant default states the table's (None, False, []: "decided elsewhere")."""
-    flags = run_flags()
-    problems = []
-    for entry in RUN_SETTINGS:
-        if entry.cli and flags[entry.cli] not in (None, False, [], ()) and flags[entry.cli] != entry.default:
-            problems.append(f"{entry.cli}: {flags[entry.cli]!r} != {entry.default!r}")
-    config_defaults = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
-    for entry in RUN_SETTINGS:
-        value = config_defaults.get(entry.config or "")
-        if value not in (None, False) and value != entry.default:
-            problems.append(f"RunConfig.{entry.config}: {value!r} != {entry.default!r}")
-    recipe_defaults = Recipe(categories={"x": {"sources": ["x.jsonl"]}})
-    for entry in RUN_SETTINGS:
-        if entry.recipe in (None, "categories"):  # the categories are the recipe's content, not a setting's value
-            continue
-        if not entry.recipe.startswith(("category.", "source.")) and "." not in entry.recipe:
-            value = getattr(recipe_defaults, entry.recipe)
-            if value not in (None, False, {}, []) and value != entry.default:
-                problems.append(f"recipe {entry.recipe}: {value!r} != {entry.default!r}")
-        elif entry.recipe.startswith("defaults."):
-            value = recipe_defaults.defaults
-            for part in entry.recipe.split(".")[1:]:
-                value = getattr(value, part)
-            if value is not None and value != entry.default:
-                problems.append(f"recipe {entry.recipe}: {value!r} != {entry.default!r}")
-    assert not problems
+def run_actions() -> dict[str, object]:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command")
+    return {
+        next(o for o in action.option_strings if o.startswith("--")): action
+        for action in commands.choices["run"]._actions
+        if action.option_strings and action.dest != "help"
+    }
+
+
+def stated(value: object) -> list[str]:
+    """The ways a help text may state a default."""
+    if isinstance(value, float):
+        return [f"{value:g}", f"{value:,}", repr(value)]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [str(value), f"{value:,}"]
+    return [str(value)]
+
+
+UNSTATED = (None, False, True, [], {}, ())  # defaults that are "off", "none" or "decided elsewhere"
+
+
+@pytest.mark.parametrize("entry", RUN_SETTINGS, ids=[s.name for s in RUN_SETTINGS])
+def test_a_settings_front_ends_agree_with_its_declaration(entry):
+    """Generated from the table, one test per setting: its flag's default (or the default its help states), its
+    form param's default (or, empty, the default its description states), its recipe key's default and its
+    RunConfig field's default are the declared default."""
+    from eagle_datagen_airflow.form import category_params
+
+    default = entry.default
+    if entry.cli:
+        action = run_actions()[entry.cli]
+        if action.default not in UNSTATED:
+            assert action.default == default, f"{entry.cli}: argparse default {action.default!r}"
+        elif default not in UNSTATED and not isinstance(default, str):
+            assert any(text in (action.help or "") for text in stated(default)), f"{entry.cli}: help omits {default}"
+    if entry.form:
+        bare = Recipe(categories={"x": {"sources": ["x.jsonl"]}})
+        param = category_params(bare, "x", "s3://eagle/datagen", settings.DRAFT_VOCAB_SIZE)[entry.form]
+        if entry.name == "incremental":  # the form asks the inverse (force_regenerate), off by default
+            assert param.value is True and not default or param.value is False and not default
+        elif entry.name == "max_rates":  # every reason's built-in rate, under the recipe's (none here)
+            from eagle_datagen.validation.diagnosis import DiagnosisThresholds
+
+            assert param.value == DiagnosisThresholds().rates()
+        elif entry.name != "output":  # the deployment's output root
+            if param.value is None and default is not None:
+                assert any(t in param.description for t in stated(default)), f"{entry.form}: says no default"
+            else:
+                assert param.value == default, f"form {entry.form}: {param.value!r}"
+    if entry.recipe and entry.recipe not in ("categories",) and not entry.recipe.startswith(("category.", "source.")):
+        value = Recipe(categories={"x": {"sources": ["x.jsonl"]}})
+        for part in entry.recipe.split("."):
+            value = getattr(value, part) if value is not None else None
+        if hasattr(value, "ngram"):  # decontamination / near_duplicates: off unless the recipe has the block
+            value = None
+        if value not in (None, [], {}) or default not in (None, [], {}):
+            assert value in (None, default) or value == default, f"recipe {entry.recipe}: {value!r}"
+    if entry.config:
+        field = next(f for f in dataclasses.fields(RunConfig) if f.name == entry.config)
+        if field.default is not dataclasses.MISSING and field.default is not None:
+            assert field.default == default, f"RunConfig.{entry.config}: {field.default!r}"
 
 
 def test_the_form_defaults_are_the_declared_ones_where_the_recipe_has_no_say():
@@ -152,3 +188,45 @@ def test_the_form_defaults_are_the_declared_ones_where_the_recipe_has_no_say():
     params = category_params(load_recipe(REPO / "include/recipes/demo.yaml"), "math", "s3://x/y", 32000)
     for name in ("shard_size", "dry_run", "sglang_conn_id", "aws_conn_id", "limit"):
         assert params[name].value == setting(name).default, name
+
+
+def test_the_configuration_reference_is_generated_from_the_table():
+    text = (REPO / "docs/configuration.md").read_text()
+    start, end = text.find(settings.REFERENCE_START), text.find(settings.REFERENCE_END)
+    assert start >= 0 and end > start, "docs/configuration.md lost its generated settings reference"
+    shown = text[start : end + len(settings.REFERENCE_END)]
+    assert shown == settings.reference_table(), (
+        "docs/configuration.md's settings reference is stale: paste `.venv/bin/python -m eagle_datagen.settings`"
+    )
+
+
+@pytest.mark.parametrize("entry", RUN_SETTINGS, ids=[s.name for s in RUN_SETTINGS])
+def test_messages_name_a_setting_as_each_front_end_calls_it(entry):
+    assert settings.named(entry.name, "cli") == (entry.cli or entry.name)
+    airflow = settings.named(entry.name, "airflow")
+    if entry.form:
+        assert airflow == f"the {entry.form} param"
+    elif (entry.airflow or "").startswith("extra:"):
+        assert repr(entry.airflow.removeprefix("extra:")) in airflow
+    if entry.cli and entry.form and entry.cli.removeprefix("--") != entry.form:
+        assert entry.cli not in airflow  # an Airflow user has no such flag
+
+
+def test_every_flag_reaches_its_run_config_field():
+    """settings.from_flags finds each flag by its argparse attribute: a flag with another `dest` would be lost."""
+    actions = run_actions()
+    for entry in RUN_SETTINGS:
+        if entry.cli and entry.config:
+            assert actions[entry.cli].dest == settings.flag_dest(entry), entry.cli
+
+
+def test_every_form_param_and_connection_extra_reaches_run_config():
+    from eagle_datagen_airflow.deployment import Deployment
+    from eagle_datagen_airflow.form import category_params
+
+    params = category_params(load_recipe(REPO / "include/recipes/demo.yaml"), "math", "s3://x/y", 32000)
+    values = settings.from_form({name: param.value for name, param in params.items()})
+    assert set(values) >= {s.config for s in RUN_SETTINGS if s.form and s.config and params[s.form].value is not None}
+    extra = {f.name: f"v-{f.name}" for f in dataclasses.fields(Deployment)}
+    mapped = settings.from_connection(extra)
+    assert set(mapped) == {s.config for s in RUN_SETTINGS if (s.airflow or "").startswith("extra:")}

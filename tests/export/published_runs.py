@@ -1,11 +1,10 @@
 """Published runs and releases for the export tests: real shards, draft vocabularies and manifests, written
-as finalize and the release DAG write them (the release by the plugin's own `assemble_release`)."""
+as finalize and the release DAG write them (the release by the package's `assemble_release`)."""
 
 from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 from eagle_datagen.stats.draft_vocab import DraftVocab, build_draft_vocab
@@ -82,7 +81,6 @@ def publish(
 
 
 def assemble(root: OutputRoot, release_id: str, categories: list[str], k: int) -> dict:
-    sys.path.insert(0, str(REPO / "plugins"))
-    from eagle_datagen_airflow.release import assemble_release
+    from eagle_datagen.generation.release import assemble_release
 
     return assemble_release(root, release_id, categories, "2026-12-01T00:00:00+00:00", k)

@@ -237,3 +237,22 @@ def test_exports_read_the_run_from_either_backend(tmp_path, output_uri):
     assert sorted(read_rows("speculators", out, tmp_path)) == sorted(expected_rows(samples))
     assert np.array_equal(check_npy_maps(out, 20, VOCAB), np.flatnonzero(draft.t2d))
     assert yaml.safe_load((out / "export_info.yaml").read_text())["source"]["output"] == root.uri
+
+
+def test_the_command_line_assembles_the_release_the_dag_does(tmp_path):
+    """`eagle-datagen release` runs the package's release step, the one the release DAG's task runs."""
+    import subprocess
+    import sys
+
+    root = LocalOutputRoot(str(tmp_path))
+    publish(root, "r1", {"math": [shard_rows(0, 3, "math", "r1")], "code": [shard_rows(3, 2, "code", "r1")]}, k=10)
+    result = subprocess.run(
+        [sys.executable, "-m", "eagle_datagen.cli", "release", "--output", str(tmp_path), "--release-id", "rel"]
+        + ["--draft-vocab-size", "10"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert printed["counts"]["samples"] == 5 and sorted(printed["categories"]) == ["code", "math"]
+    assert json.loads(root.read_bytes("releases/release=rel.json"))["counts"]["samples"] == 5

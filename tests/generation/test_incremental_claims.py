@@ -15,7 +15,8 @@ import pytest
 from eagle_datagen.generation.claims import claim_key, claimed_sample_ids, read_claim
 from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import RunPlan, shard_requests
-from eagle_datagen.generation.stage import RunOptions, prepare_plan, run_generation
+from eagle_datagen.generation.stage import RunOptions, prepare_plan
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.storage.output_root import LocalOutputRoot, OutputRoot, open_output_root
 from eagle_datagen.tokenization.stage import setup_tokenize
 from generation_runs import run_options

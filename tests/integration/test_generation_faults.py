@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle_datagen.generation.publish import PublishOptions
-from eagle_datagen.generation.stage import SamplingOverrides, run_generation
+from eagle_datagen.generation.stage import SamplingOverrides
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.standin.sglang.config import SimConfig

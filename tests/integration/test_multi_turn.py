@@ -12,8 +12,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from conversation_records import multi_turn_record, tool_loop_record
-from eagle_datagen.generation.stage import SamplingOverrides, run_generation
-from eagle_datagen.generation.steps import RunConfig, finalize_step, generate_shard_step, plan_step, preflight_step
+from eagle_datagen.generation.stage import SamplingOverrides
+from eagle_datagen.generation.steps import (
+    RunConfig,
+    finalize_step,
+    generate_shard_step,
+    plan_step,
+    preflight_step,
+    run_generation,
+)
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.tokenization.stage import TokenizeOptions

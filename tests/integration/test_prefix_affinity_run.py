@@ -9,7 +9,8 @@ from collections import defaultdict
 
 import pytest
 
-from eagle_datagen.generation.stage import SamplingOverrides, run_generation
+from eagle_datagen.generation.stage import SamplingOverrides
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.standin.sglang import SimConfig, SimServerThread
 from generation_runs import run_options
 

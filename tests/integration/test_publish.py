@@ -14,7 +14,8 @@ import pytest
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.generation import publish
 from eagle_datagen.generation.publish import PublishOptions
-from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, run_generation
+from eagle_datagen.generation.stage import RunOptions, SamplingOverrides
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.storage.manifest import read_manifest, verify_manifest

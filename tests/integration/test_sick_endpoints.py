@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle_datagen.generation.screen import RunStopped
-from eagle_datagen.generation.stage import SamplingOverrides, run_generation
+from eagle_datagen.generation.stage import SamplingOverrides
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from generation_runs import run_options

@@ -22,7 +22,8 @@ import pytest
 from store_checker import RunCheck, check_run
 
 from eagle_datagen.generation.screen import RunStopped
-from eagle_datagen.generation.stage import RunSummary, SamplingOverrides, run_generation
+from eagle_datagen.generation.stage import RunSummary, SamplingOverrides
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.objectstore.s3 import s3_client

@@ -114,7 +114,7 @@ STREAM_SCRIPT = textwrap.dedent(
     """
     import json, resource, sys, threading, time
     from eagle_datagen.sources.collect import plans_from_sources
-    from eagle_datagen.sources.locations import resolve_source
+    from eagle_datagen.sources.resolve import resolve_source
     from eagle_datagen.sources.readers import read_rows
 
     def rss_mib():

@@ -244,29 +244,13 @@ def add_tokenizer_arguments(parser: argparse.ArgumentParser) -> None:
 
 def prompt_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The flags every command that reads prompts shares, under the names both TokenizeOptions and the run's
-    RunConfig give them (so `tokenize` and `run` map them in one place)."""
-    return {
-        "output": args.output,
-        "tokenizer": args.tokenizer,
-        "prompts": args.prompts,
-        "recipe": args.recipe,
-        "profile": args.profile,
-        "categories": args.categories,
-        "limit": args.limit,
-        "max_prompt_tokens": args.max_prompt_tokens,
-        "max_reject_rate": args.max_reject_rate,
-        "max_record_bytes": args.max_record_bytes,
-        "seed": args.seed,
-        "processes": args.processes,
-        "trust_remote_code": args.trust_remote_code,
-        "allow_special_token_text": args.allow_special_token_text,
-        "prompts_format": args.prompts_format,
-        "prompts_columns": dict(args.prompts_column),
-        "prompts_history": args.prompts_history,
-        "benchmarks": args.benchmark,
-        "benchmark_ngram": args.benchmark_ngram,
-        "near_duplicate_threshold": args.near_duplicate_threshold,
-    }
+    RunConfig give them (settings.from_flags, so `tokenize` and `run` map them by the one declaration)."""
+    import dataclasses
+
+    from eagle_datagen.tokenization.stage import TokenizeOptions
+
+    fields = {f.name for f in dataclasses.fields(TokenizeOptions)}
+    return {k: v for k, v in settings.from_flags(vars(args)).items() if k in fields}
 
 
 def tokenize_options(args: argparse.Namespace) -> TokenizeOptions:

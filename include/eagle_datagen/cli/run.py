@@ -15,7 +15,6 @@ from eagle_datagen.cli.arguments import (
     positive_float,
     positive_int,
     probability,
-    prompt_settings,
     top_k,
 )
 from eagle_datagen.conversation import TURNS
@@ -68,7 +67,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     servers.add_argument(
         "--balance",
         choices=BALANCE_POLICIES,
-        default="prefix-affinity",
+        default=settings.BALANCE,
         help="how requests are spread over several --sglang-url replicas: prefix-affinity sends a prompt's "
         "samples and prompts sharing leading ids to one replica (bounded load), so its prefix cache serves "
         "them; least-outstanding ignores the prompt (default: prefix-affinity; one URL, such as a router: "
@@ -225,7 +224,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from eagle_datagen.generation.stage import run_generation
+    from eagle_datagen.generation.steps import run_generation
 
     summary = run_generation(run_config(args).options())
     print(format_run_summary(summary.to_json()))
@@ -234,41 +233,17 @@ def handle(args: argparse.Namespace) -> int:
 
 def run_config(args: argparse.Namespace) -> RunConfig:
     """The flags as a `generation.steps.RunConfig`, the settings carrier the Airflow steps take too, so that
-    one `RunConfig.options()` builds the run's options for both front ends."""
+    one `RunConfig.options()` builds the run's options for both front ends. The flags map to settings by the one
+    declaration (settings.from_flags)."""
     from eagle_datagen.generation.stage import new_run_id
     from eagle_datagen.generation.steps import RunConfig
 
-    return RunConfig(
-        **prompt_settings(args),
-        sglang_urls=args.sglang_url,
-        # an empty --run-id (an unset variable in a script) is refused, not replaced by a new run's id
-        run_id=args.run_id if args.run_id is not None else new_run_id(),
-        model=args.model,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        samples_per_prompt=args.samples_per_prompt,
-        turns=args.turns,
-        shard_size=args.shard_size,
-        concurrency=args.concurrency,
-        balance=args.balance,
-        incremental=args.incremental,
-        per_weight_version=args.per_weight_version,
-        claim_ttl_s=args.claim_ttl or settings.CLAIM_TTL_S,
-        draft_vocab_size=args.draft_vocab_size or settings.DRAFT_VOCAB_SIZE,
-        draft_vocab_required=args.draft_vocab_size is not None,
-        max_rates=dict(args.max_rate),
-        max_attempts=args.max_attempts,
-        canary=not args.no_canary,
-        allow_model_mismatch=args.allow_model_mismatch,
-        top_k=args.top_k,
-        request_timeout_s=args.request_timeout,
-        give_up_after_s=args.give_up_after,
-        wait_ready_s=args.wait_ready,
-        checkpoint_every=args.checkpoint_every,
-        checkpoint_interval_s=args.checkpoint_interval,
-        max_reasoning_tokens=args.max_reasoning_tokens,
-    )
+    values = settings.from_flags(vars(args))
+    # an empty --run-id (an unset variable in a script) is refused, not replaced by a new run's id
+    values.setdefault("run_id", new_run_id())
+    # a vocabulary size the user asked for must be met; the default one is skipped for a run too small for it
+    values["draft_vocab_required"] = args.draft_vocab_size is not None
+    return RunConfig(**values, front_end="cli")
 
 
 def format_run_summary(summary: dict) -> str:

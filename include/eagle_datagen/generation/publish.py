@@ -59,6 +59,7 @@ class PublishOptions:
     # False (the default K): such a run (a small nightly increment) is published without a vocabulary; the
     # release, over many runs, builds the one to train with.
     draft_vocab_required: bool = False
+    front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
 
 
 @dataclass
@@ -267,14 +268,17 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
         log.warning("run %s: %s", plan.run_id, drift)
     draft = None
     if tokens.distinct >= options.draft_vocab_size or options.draft_vocab_required:
-        draft = build_draft_vocab(tokens.counts, options.draft_vocab_size)
+        draft = build_draft_vocab(
+            tokens.counts, options.draft_vocab_size, setting=settings.named("draft_vocab_size", options.front_end)
+        )
     else:
         log.warning(
-            "run %s: no draft vocabulary: %d distinct tokens, fewer than the default size %d (set "
-            "--draft-vocab-size to build a smaller one)",
+            "run %s: no draft vocabulary: %d distinct tokens, fewer than the default size %d (set %s to build a "
+            "smaller one)",
             plan.run_id,
             tokens.distinct,
             options.draft_vocab_size,
+            settings.named("draft_vocab_size", options.front_end),
         )
     meta = {
         "run id": plan.run_id,

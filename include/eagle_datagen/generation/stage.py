@@ -19,7 +19,6 @@ import logging
 import math
 import re
 import secrets
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,11 +33,10 @@ from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints, should_checkpoint
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
 from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
-from eagle_datagen.generation.incremental import NothingToDo, claim_samples
+from eagle_datagen.generation.incremental import claim_samples
 from eagle_datagen.generation.plan import (
     CategorySettings,
     RunPlan,
-    check_plan_matches,
     is_conversation_shard,
     load_plan,
     shard_conversations,
@@ -47,24 +45,22 @@ from eagle_datagen.generation.plan import (
     write_plan,
 )
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
-from eagle_datagen.generation.publish import PublishOptions, publish_run
+from eagle_datagen.generation.publish import PublishOptions
 from eagle_datagen.generation.screen import AnswerScreen
 from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, prompt_groups, spaced_samples
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
-from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, preflight
+from eagle_datagen.inference.preflight import ServerInfo
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.inference.scheduler import generation_details, run_jobs
-from eagle_datagen.inference.tokenizer_agreement import agreement_check
 from eagle_datagen.profile import load_profile
 from eagle_datagen.progress import Progress
-from eagle_datagen.sources.collect import resolve_sources
 from eagle_datagen.sources.recipe import Defaults, Recipe
-from eagle_datagen.storage.output_root import OutputRoot, open_output_root
+from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.tokenization.provenance import check_same_tokenizer
-from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, collect_and_tokenize, setup_tokenize
+from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, collect_and_tokenize
 
 log = logging.getLogger(__name__)
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # no dots: manifest artifacts use them
@@ -103,7 +99,7 @@ class RunOptions:
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     shard_size: int = settings.SHARD_SIZE
     concurrency: int | None = None  # per endpoint; default from the server's max_running_requests
-    balance: str = "prefix-affinity"  # or "least-outstanding" (BALANCE_POLICIES); matters with several URLs
+    balance: str = settings.BALANCE  # or "least-outstanding" (BALANCE_POLICIES); matters with several URLs
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
@@ -120,6 +116,7 @@ class RunOptions:
     claim: bool = True  # False for a dry run: a plan that is never generated holds no samples
     canary_max_new_tokens: int = 4096
     preflight_wait_s: float = settings.WAIT_READY_S
+    front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
 
 
 @dataclass
@@ -158,35 +155,48 @@ def check_run_id(run_id: str) -> str:
 def category_settings(
     categories: list[str], recipe: Recipe | None, profile_sampling: dict[str, float], overrides: SamplingOverrides
 ) -> dict[str, CategorySettings]:
-    """Sampling per category: flags > recipe category > recipe defaults (or the profile's recommendation)."""
-    cli = {
-        k: v
-        for k, v in {
-            "max_new_tokens": overrides.max_new_tokens,
-            "temperature": overrides.temperature,
-            "top_p": overrides.top_p,
-            "top_k": overrides.top_k,
-        }.items()
-        if v is not None
-    }
-    settings = {}
+    """Sampling per category, every value by the one precedence (settings.PRECEDENCE): flag or form > recipe
+    category > recipe defaults > the model profile's recommendation > the built-in default, whether or not the
+    run has a recipe."""
+    given = dataclasses.asdict(overrides)
+    chosen = {}
     for category in categories:
-        if recipe is not None and category in recipe.categories:
-            base = recipe.sampling_for(category).model_dump(exclude_none=True)
-            per_prompt = recipe.samples_per_prompt_for(category)
-            turns, max_tool_steps = recipe.turns_for(category), recipe.max_tool_steps_for(category)
-        else:
-            defaults = Defaults()
-            base = defaults.sampling.model_dump(exclude_none=True) | profile_sampling
-            per_prompt = 1
-            turns, max_tool_steps = defaults.turns, defaults.max_tool_steps
-        settings[category] = CategorySettings(
-            sampling=base | cli,
-            samples_per_prompt=overrides.samples_per_prompt or per_prompt,
-            turns=overrides.turns or turns,
-            max_tool_steps=max_tool_steps,
+        spec = recipe.categories.get(category) if recipe is not None else None
+        in_category = spec.sampling.model_dump() if spec is not None and spec.sampling is not None else {}
+        in_defaults = recipe.defaults.sampling.model_dump() if recipe is not None else {}
+        sampling = {}
+        for name in dict.fromkeys([*settings.SAMPLING, *profile_sampling]):
+            value = settings.resolve(
+                name,
+                given=given.get(name),
+                category=in_category.get(name),
+                defaults=in_defaults.get(name),
+                profile=profile_sampling.get(name),
+            )
+            if value is not None:  # top_k and min_p are off unless something sets them
+                sampling[name] = value
+        defaults = recipe.defaults if recipe is not None else Defaults()
+        chosen[category] = CategorySettings(
+            sampling=sampling,
+            samples_per_prompt=settings.resolve(
+                "samples_per_prompt",
+                given=overrides.samples_per_prompt,
+                category=spec.samples_per_prompt if spec is not None else None,
+                defaults=defaults.samples_per_prompt,
+            ),
+            turns=settings.resolve(
+                "turns",
+                given=overrides.turns,
+                category=spec.turns if spec is not None else None,
+                defaults=defaults.turns,
+            ),
+            max_tool_steps=settings.resolve(
+                "max_tool_steps",
+                category=spec.max_tool_steps if spec is not None else None,
+                defaults=defaults.max_tool_steps,
+            ),
         )
-    return settings
+    return chosen
 
 
 def resolve_thresholds(options: RunOptions, recipe: Recipe | None) -> RunOptions:
@@ -205,9 +215,12 @@ def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | No
         return None
     if plan is not None:
         sampling = next(iter(plan.categories.values())).sampling
-    else:
-        settings = category_settings(["canary"], setup.recipe, setup.profile.sampling, options.sampling)
-        sampling = settings["canary"].sampling
+    else:  # the first category the run plans: the canary asks what the run will
+        recipe = setup.recipe
+        chosen = options.prompts.categories if options.prompts is not None else None
+        planned = chosen or (list(recipe.categories) if recipe is not None else None) or [""]
+        first = sorted(planned)[0]
+        sampling = category_settings([first], recipe, setup.profile.sampling, options.sampling)[first].sampling
     ids = setup.loaded.tokenizer.apply_chat_template(
         CANARY_MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False
     )
@@ -428,16 +441,19 @@ def prepare_plan(
         return existing
     _, tokenized, _ = collect_and_tokenize(setup, root, f"rejects/run={run_id}/rejects.jsonl")
     if not tokenized.prompts:
-        raise DataGenError("no prompts left to generate after validation: check the sources and --categories")
+        raise DataGenError(
+            "no prompts left to generate after validation: check the sources and "
+            + settings.named("categories", options.front_end)
+        )
     categories = sorted({p.record.category for p in tokenized.prompts})
-    settings = category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
+    chosen = category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
     model = options.model or setup.profile.model
-    planned = [(p, list(range(settings[p.record.category].samples_per_prompt))) for p in tokenized.prompts]
+    planned = [(p, list(range(chosen[p.record.category].samples_per_prompt))) for p in tokenized.prompts]
     planned = claim_samples(
         root,
         run_id,
         planned,
-        settings,
+        chosen,
         model,
         weight_version,
         incremental=options.incremental,
@@ -452,99 +468,10 @@ def prepare_plan(
         run_id=run_id,
         model=model,
         profile=setup.profile.name,
-        categories=settings,
+        categories=chosen,
         shards=[info for info, _ in shards],
         provenance=provenance,
     )
     write_plan(root, plan, [prompts for _, prompts in shards])
     log.info("run %s: planned %d samples in %d shards", run_id, plan.total_samples, len(plan.shards))
     return plan
-
-
-def run_generation(options: RunOptions) -> RunSummary:
-    started = time.monotonic()
-    if not options.sglang_urls:
-        raise ConfigError("give at least one --sglang-url")
-    check_endpoint_urls(options.sglang_urls)
-    # An empty --run-id (an unset variable in a script) must not quietly start a new run instead of resuming.
-    run_id = check_run_id(options.run_id if options.run_id is not None else new_run_id())
-    setup = setup_tokenize(options.prompts)
-    options = resolve_thresholds(options, setup.recipe)
-    root = open_output_root(options.prompts.output)
-    existing = load_plan(root, run_id)
-    if existing is None:  # a rerun works from its plan and needs no sources; the plan reuses this listing
-        setup.resolved_sources = resolve_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
-    model = options.model or setup.profile.model
-    canary = canary_request(setup, options, existing)
-    servers = asyncio.run(
-        preflight(
-            options.sglang_urls,
-            setup.profile,
-            model,
-            canary,
-            allow_model_mismatch=options.allow_model_mismatch,
-            wait_s=options.preflight_wait_s,
-            agreement=agreement_check(setup.loaded.tokenizer),
-        )
-    )
-    provenance = setup.loaded.provenance() | {"servers": [s.provenance() for s in servers]}
-    try:
-        plan = prepare_plan(setup, root, run_id, options, provenance, servers[0].weight_version, existing)
-    except NothingToDo as done:
-        log.info("%s", done)
-        return RunSummary(
-            run_id,
-            root.uri,
-            0,
-            0,
-            0,
-            0,
-            0,
-            {},
-            {},
-            0,
-            None,
-            [s.provenance() for s in servers],
-            round(time.monotonic() - started, 2),
-        )
-    if existing is not None:
-        wanted = RunPlan(
-            run_id,
-            model,
-            plan.profile,
-            category_settings(list(plan.categories), setup.recipe, setup.profile.sampling, options.sampling),
-            plan.shards,
-            plan.provenance,
-        )
-        check_plan_matches(plan, wanted)
-    tally = StoredTally()
-    resumed, generated, client = asyncio.run(
-        generate_pending(
-            root,
-            plan,
-            [s.index for s in plan.shards],
-            servers,
-            options,
-            vocab_size=setup.profile.vocab_size,
-            tokenizer=setup.loaded.tokenizer,
-            tally=tally,
-        )
-    )
-    finish, done = tally.finish, tally.done  # counted on the way: the checkpoints are read once more, to publish
-    published = publish_run(root, plan, setup.profile, options.publish) if done == plan.total_samples else None
-    return RunSummary(
-        run_id=run_id,
-        output=root.uri,
-        shards=len(plan.shards),
-        samples=plan.total_samples,
-        resumed=resumed,
-        generated=generated - (plan.total_samples - done),
-        pending=plan.total_samples - done,
-        finish=dict(finish),
-        failures=dict(client.stats.failures),
-        retries=client.stats.retries,
-        published=published.__dict__ if published else None,
-        servers=[s.provenance() for s in servers],
-        elapsed_s=round(time.monotonic() - started, 2),
-        endpoints=client.screen.summary() if isinstance(client.screen, AnswerScreen) else {},
-    )

@@ -1,14 +1,19 @@
-"""The run as separate steps, for orchestrators (Airflow tasks, one per step, shards mapped).
+"""The run: one sequence of steps with one contract, for every front end.
 
-Each step takes and returns plain JSON-able values (a `RunConfig` dict, run ids, shard indices), keeps
-no state in memory between steps, and works from what earlier steps stored under the output root, so
-any step can run (or be retried) on any worker:
+    servers = preflight_step(config)                      # tokenizer, profile, sources, every endpoint + canary
+    plan = plan_step(config, servers)                     # source, tokenize, write the plan (or load it, and
+                                                          # check it matches the configuration)
+    generate_step(config, servers, shards)                # generate and publish shards (Airflow: one per task)
+                                                          # (or withdraw_step(config) if the plan is refused)
+    finalize_step(config)                                 # diagnosis, statistics, vocab, report, manifest
 
-    servers = preflight_step(config)                # checks every endpoint before any GPU time is spent
-    plan = plan_step(config, servers)               # source, tokenize, write the plan (or load it)
-    for shard in plan["shards"]: generate_shard_step(config, plan["run_id"], shard)   # mapped
-                                                    # (or withdraw_step(config) if the plan is refused)
-    finalize_step(config, plan["run_id"])           # diagnosis, statistics, vocab, report, manifest
+then the release (storage/release.py: `eagle-datagen release`, the release DAG). `run_generation` (the command
+line) runs the steps in one process, with one `RunContext` that keeps what an earlier step loaded (the tokenizer,
+the plan, the listing of the sources); Airflow runs each step as a task (plugins/eagle_datagen_airflow/tasks.py),
+which starts from a fresh context on any worker: the steps take and return plain JSON-able values (a `RunConfig`
+dict, run ids, shard indices), keep no state between tasks, and work from what earlier steps stored under the
+output root. Neither front end sequences the steps' insides or checks anything of its own: what the command line
+checks, the DAG checks.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from typing import Any
 
 from eagle_datagen import settings
@@ -23,15 +29,21 @@ from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
 from eagle_datagen.generation.incremental import NothingToDo
-from eagle_datagen.generation.plan import is_conversation_shard, load_plan
+from eagle_datagen.generation.plan import RunPlan, check_plan_matches, is_conversation_shard, load_plan
 from eagle_datagen.generation.publish import PublishOptions, ShardIncomplete, finalize_run, publish_shard
 from eagle_datagen.generation.screen import AnswerScreen
 from eagle_datagen.generation.stage import (
+    UNREAD,
     RunOptions,
+    RunSummary,
     SamplingOverrides,
+    StoredTally,
+    Unread,
     canary_request,
+    category_settings,
     check_run_id,
     generate_pending,
+    new_run_id,
     prepare_plan,
     resolve_thresholds,
 )
@@ -40,11 +52,12 @@ from eagle_datagen.inference.preflight import ServerInfo, preflight
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.tokenizer_agreement import agreement_check
 from eagle_datagen.profile import load_profile
-from eagle_datagen.sources.collect import check_sources
+from eagle_datagen.sources.collect import resolve_sources
 from eagle_datagen.sources.recipe import load_recipe
-from eagle_datagen.storage.output_root import open_output_root
+from eagle_datagen.storage.manifest import read_manifest
+from eagle_datagen.storage.output_root import OutputRoot, open_output_root
 from eagle_datagen.tokenization.loader import load_tokenizer
-from eagle_datagen.tokenization.stage import TokenizeOptions, setup_tokenize
+from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, setup_tokenize
 from eagle_datagen.validation.diagnosis import parse_rates
 from eagle_datagen.validation.rules import ValidationLimits
 
@@ -74,7 +87,7 @@ class RunConfig:
     turns: str | None = None  # last | each; None: the recipe's
     shard_size: int = settings.SHARD_SIZE
     concurrency: int | None = None
-    balance: str = "prefix-affinity"
+    balance: str = settings.BALANCE
     incremental: bool = False
     per_weight_version: bool = False
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
@@ -109,6 +122,7 @@ class RunConfig:
     # True when the user asked for draft_vocab_size: a run with fewer distinct tokens then fails instead of
     # being published without a vocabulary (publish.PublishOptions).
     draft_vocab_required: bool = False
+    front_end: str = "cli"  # "cli" or "airflow": messages name a setting as this front end calls it
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)  # every step builds storage keys from it, finalize included
@@ -173,62 +187,124 @@ class RunConfig:
             claim_ttl_s=self.claim_ttl_s,
             claim=not self.dry_run,
             preflight_wait_s=self.wait_ready_s,
+            front_end=self.front_end,
             publish=PublishOptions(
                 limits=ValidationLimits(max_reasoning_tokens=self.max_reasoning_tokens),
                 draft_vocab_size=self.draft_vocab_size,
                 draft_vocab_required=self.draft_vocab_required,
+                front_end=self.front_end,
             ),
             max_rates=dict(self.max_rates),
         )
-
-    def resolved_options(self) -> RunOptions:
-        """`options()` with the diagnosis thresholds resolved against the recipe (for the steps that do
-        not load the tokenizer setup)."""
-        return resolve_thresholds(self.options(), load_recipe(self.recipe) if self.recipe else None)
 
 
 def _config(config: RunConfig | dict[str, Any]) -> RunConfig:
     return config if isinstance(config, RunConfig) else RunConfig.from_dict(config)
 
 
+@dataclasses.dataclass
+class RunContext:
+    """One run's options and what its steps have loaded so far. The command line passes one context through
+    every step; an orchestrator's task starts from a fresh one (`of`), so each step loads what it needs."""
+
+    options: RunOptions
+    _setup: TokenizeSetup | None = None
+    _root: OutputRoot | None = None
+    _plan: RunPlan | None | Unread = UNREAD
+    _thresholds_resolved: bool = False
+
+    def __post_init__(self) -> None:
+        # An empty run id (an unset variable in a script) is refused, not replaced by a new run's id.
+        run_id = check_run_id(self.options.run_id if self.options.run_id is not None else new_run_id())
+        self.options = dataclasses.replace(self.options, run_id=run_id)
+
+    @classmethod
+    def of(cls, config: RunConfig | dict[str, Any] | RunContext) -> RunContext:
+        return config if isinstance(config, RunContext) else cls(_config(config).options())
+
+    @property
+    def run_id(self) -> str:
+        return self.options.run_id
+
+    def setup(self) -> TokenizeSetup:
+        """Tokenizer, profile and recipe, loaded once per process; the diagnosis thresholds resolved against
+        the recipe."""
+        if self._setup is None:
+            self._setup = setup_tokenize(self.options.prompts)
+            self.options = resolve_thresholds(self.options, self._setup.recipe)
+            self._thresholds_resolved = True
+        return self._setup
+
+    def resolved_options(self) -> RunOptions:
+        """The options with the recipe's diagnosis thresholds, without loading the tokenizer."""
+        if not self._thresholds_resolved:
+            recipe = self._setup.recipe if self._setup else None
+            if recipe is None and self.options.prompts.recipe:
+                recipe = load_recipe(self.options.prompts.recipe)
+            self.options = resolve_thresholds(self.options, recipe)
+            self._thresholds_resolved = True
+        return self.options
+
+    def root(self) -> OutputRoot:
+        if self._root is None:
+            self._root = open_output_root(self.options.prompts.output)
+        return self._root
+
+    def plan(self) -> RunPlan | None:
+        """The run's stored plan (None: not planned yet)."""
+        if self._plan is UNREAD:
+            self._plan = load_plan(self.root(), self.run_id)
+        return self._plan
+
+
 def _servers(raw: list[dict[str, Any]]) -> list[ServerInfo]:
     return [ServerInfo(**server) for server in raw]
 
 
-def preflight_step(config: RunConfig | dict[str, Any]) -> list[dict[str, Any]]:
-    """Check tokenizer, profile and every endpoint (with a canary); returns the servers' facts."""
-    cfg = _config(config)
-    options = cfg.options()
-    setup = setup_tokenize(options.prompts)
-    if load_plan(open_output_root(cfg.output), cfg.run_id) is None:  # missing sources fail before the canary
-        check_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
-    canary = canary_request(setup, options)
+def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict[str, Any]]:
+    """Check tokenizer, profile, the sources (a first run) and every endpoint (with a canary of the run's own
+    sampling); returns the servers' facts. Nothing here spends GPU time beyond the canary."""
+    ctx = RunContext.of(config)
+    options = ctx.options
+    if not options.sglang_urls:
+        raise ConfigError("give at least one " + settings.named("sglang_urls", options.front_end))
+    setup = ctx.setup()
+    existing = ctx.plan()
+    if existing is None:  # missing sources fail before the canary; a rerun works from its plan, needs none
+        setup.resolved_sources = resolve_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
     servers = asyncio.run(
         preflight(
-            cfg.sglang_urls,
+            options.sglang_urls,
             setup.profile,
-            cfg.model or setup.profile.model,
-            canary,
+            options.model or setup.profile.model,
+            canary_request(setup, ctx.options, existing),
+            allow_model_mismatch=options.allow_model_mismatch,
+            wait_s=options.preflight_wait_s,
             agreement=agreement_check(setup.loaded.tokenizer),
         )
     )
     return [dataclasses.asdict(s) for s in servers]
 
 
-def plan_step(config: RunConfig | dict[str, Any], servers: list[dict[str, Any]]) -> dict[str, Any]:
-    """Source, tokenize and plan the run (or load its existing plan). `shards` is empty when an
-    incremental run finds nothing new."""
-    cfg = _config(config)
-    options = cfg.options()
-    setup = setup_tokenize(options.prompts)
-    root = open_output_root(cfg.output)
+def plan_step(config: RunConfig | dict[str, Any] | RunContext, servers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Source, tokenize and plan the run, or load its existing plan and check that it is the plan this
+    configuration makes (same model, profile and sampling per category). `shards` is empty when an incremental
+    run finds nothing new."""
+    ctx = RunContext.of(config)
+    setup = ctx.setup()
     infos = _servers(servers)
     provenance = setup.loaded.provenance() | {"servers": [s.provenance() for s in infos]}
+    existing = ctx.plan()
     try:
-        plan = prepare_plan(setup, root, cfg.run_id, options, provenance, infos[0].weight_version)
+        plan = prepare_plan(setup, ctx.root(), ctx.run_id, ctx.options, provenance, infos[0].weight_version, existing)
     except NothingToDo as done:
         log.info("%s", done)
-        return {"run_id": cfg.run_id, "shards": [], "samples": 0}
+        return {"run_id": ctx.run_id, "shards": [], "samples": 0, "categories": []}
+    if existing is not None:
+        sampling = category_settings(list(plan.categories), setup.recipe, setup.profile.sampling, ctx.options.sampling)
+        model = ctx.options.model or setup.profile.model
+        check_plan_matches(plan, RunPlan(plan.run_id, model, plan.profile, sampling, plan.shards, plan.provenance))
+    ctx._plan = plan
     return {
         "run_id": plan.run_id,
         "shards": [s.index for s in plan.shards],
@@ -245,52 +321,122 @@ def withdraw_step(config: RunConfig | dict[str, Any]) -> None:
     log.info("run %s: plan withdrawn; its samples are free for other runs", cfg.run_id)
 
 
-def generate_shard_step(
-    config: RunConfig | dict[str, Any], servers: list[dict[str, Any]], shard: int
+def generate_step(
+    config: RunConfig | dict[str, Any] | RunContext, servers: list[dict[str, Any]], shards: list[int]
 ) -> dict[str, Any]:
-    """Generate what the shard's checkpoints lack, then validate it into data/ and quarantine/."""
-    cfg = _config(config)
-    options = cfg.resolved_options()
-    root = open_output_root(cfg.output)
-    plan = load_plan(root, cfg.run_id)
+    """Generate what these shards' checkpoints lack (one pool over all of them), then validate each complete shard
+    into data/ and quarantine/. `pending` counts the samples that ran out of attempts: a rerun (a task retry)
+    resumes them from the checkpoints."""
+    ctx = RunContext.of(config)
+    options = ctx.resolved_options()
+    root = ctx.root()
+    plan = ctx.plan()
     if plan is None:
-        raise ConfigError(f"run {cfg.run_id} has no plan under {cfg.output}: run the plan step first")
-    profile = load_profile(plan.profile)
+        raise ConfigError(f"run {ctx.run_id} has no plan under {root.uri}: run the plan step first")
+    profile = ctx._setup.profile if ctx._setup is not None else load_profile(plan.profile)
     tokenizer = None
-    if is_conversation_shard(plan, shard):  # its steps are rendered here, with the run's own tokenizer
-        tokenizer = load_tokenizer(cfg.tokenizer, profile, cfg.trust_remote_code).tokenizer
-    resumed, todo, client = asyncio.run(
+    if ctx._setup is not None:
+        tokenizer = ctx._setup.loaded.tokenizer
+    elif any(is_conversation_shard(plan, shard) for shard in shards):  # steps rendered with the run's tokenizer
+        tokenizer = load_tokenizer(options.prompts.tokenizer, profile, options.prompts.trust_remote_code).tokenizer
+    tally = StoredTally()
+    resumed, to_do, client = asyncio.run(
         generate_pending(
             root,
             plan,
-            [shard],
+            shards,
             _servers(servers),
             options,
             vocab_size=profile.vocab_size,
             tokenizer=tokenizer,
-            by=f"shard {shard}",
+            by="run" if len(shards) == len(plan.shards) else f"shard {shards[0]}" if len(shards) == 1 else "shards",
+            tally=tally,
         )
     )
-    try:
-        rows = publish_shard(root, plan, shard, profile, options.publish)
-    except ShardIncomplete as exc:  # samples out of attempts: a task retry (on any worker) resumes them
-        raise RetryableShardError(f"{exc} (failed attempts: {client.stats.describe_failures()})") from None
+    total = sum(plan.shards[shard].samples for shard in shards)
+    rows, incomplete = 0, []
+    if tally.done == total and read_manifest(root, plan.run_id) is None:
+        for shard in shards:
+            try:
+                rows += publish_shard(root, plan, shard, profile, options.publish)
+            except ShardIncomplete as exc:
+                incomplete.append(str(exc))
     endpoints = client.screen.summary() if isinstance(client.screen, AnswerScreen) else {}
     for url, counts in endpoints.items():
         if counts["ejected"]:
-            log.warning("shard %d: endpoint %s is out of rotation for this run: %s", shard, url, counts["ejected"])
-    return {"shard": shard, "resumed": resumed, "generated": todo, "rows": rows, "endpoints": endpoints}
+            log.warning("endpoint %s is out of rotation for run %s: %s", url, plan.run_id, counts["ejected"])
+    return {
+        "shards": list(shards),
+        "resumed": resumed,
+        "generated": to_do - (total - tally.done),
+        "pending": total - tally.done,
+        "incomplete": incomplete,
+        "rows": rows,
+        "finish": dict(tally.finish),
+        "failures": dict(client.stats.failures),
+        "failed_attempts": client.stats.describe_failures(),
+        "retries": client.stats.retries,
+        "endpoints": endpoints,
+    }
+
+
+def generate_shard_step(
+    config: RunConfig | dict[str, Any], servers: list[dict[str, Any]], shard: int
+) -> dict[str, Any]:
+    """`generate_step` for one shard (an orchestrator's mapped task): samples out of attempts fail the task with
+    `RetryableShardError`, so a task retry (on any worker) resumes them."""
+    result = generate_step(config, servers, [shard])
+    if result["pending"] or result["incomplete"]:
+        detail = "; ".join(result["incomplete"]) or f"shard {shard}: {result['pending']} samples pending"
+        raise RetryableShardError(f"{detail} (failed attempts: {result['failed_attempts']})")
+    return {k: result[k] for k in ("resumed", "generated", "rows", "endpoints")} | {"shard": shard}
 
 
 class RetryableShardError(Exception):
     """Some samples of a shard ran out of attempts: the orchestrator should retry the task later."""
 
 
-def finalize_step(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
-    cfg = _config(config)
-    root = open_output_root(cfg.output)
-    plan = load_plan(root, cfg.run_id)
+def finalize_step(config: RunConfig | dict[str, Any] | RunContext) -> dict[str, Any]:
+    """Diagnosis, statistics, draft vocabulary, report and the manifest, written last."""
+    ctx = RunContext.of(config)
+    plan = ctx.plan()
     if plan is None:
-        return {"run_id": cfg.run_id, "published": False, "reason": "nothing planned"}
-    summary = finalize_run(root, plan, load_profile(plan.profile), cfg.resolved_options().publish)
-    return {"run_id": cfg.run_id, "published": True} | dataclasses.asdict(summary)
+        return {"run_id": ctx.run_id, "published": False, "reason": "nothing planned"}
+    profile = ctx._setup.profile if ctx._setup is not None else load_profile(plan.profile)
+    summary = finalize_run(ctx.root(), plan, profile, ctx.resolved_options().publish)
+    return {"run_id": ctx.run_id, "published": True} | dataclasses.asdict(summary)
+
+
+def run_generation(options: RunOptions) -> RunSummary:
+    """The command line's run: the steps above, in this order, in one process (one context)."""
+    started = time.monotonic()
+    ctx = RunContext(options)
+    run_id = ctx.run_id
+    servers = preflight_step(ctx)
+    planned = plan_step(ctx, servers)
+    infos = _servers(servers)
+    if not planned["shards"]:  # an incremental run that found nothing new
+        elapsed = round(time.monotonic() - started, 2)
+        provenance = [s.provenance() for s in infos]
+        return RunSummary(run_id, ctx.root().uri, 0, 0, 0, 0, 0, {}, {}, 0, None, provenance, elapsed)
+    generated = generate_step(ctx, servers, planned["shards"])
+    published = None
+    if not generated["pending"] and not generated["incomplete"]:
+        published = finalize_step(ctx)
+        published = {k: v for k, v in published.items() if k not in ("run_id", "published")}
+    return RunSummary(
+        run_id=run_id,
+        output=ctx.root().uri,
+        shards=len(planned["shards"]),
+        samples=planned["samples"],
+        resumed=generated["resumed"],
+        generated=generated["generated"],
+        pending=generated["pending"],
+        finish=generated["finish"],
+        failures=generated["failures"],
+        retries=generated["retries"],
+        published=published,
+        servers=[s.provenance() for s in infos],
+        elapsed_s=round(time.monotonic() - started, 2),
+        endpoints=generated["endpoints"],
+    )

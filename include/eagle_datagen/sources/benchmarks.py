@@ -73,8 +73,8 @@ def load_benchmark(source: BenchmarkSource, base_dir: Path | None = None) -> lis
                 "give NAME=PATH (recipe: {name, path, field})"
             )
         return _humaneval(source.name)
-    from eagle_datagen.sources.locations import resolve_source
     from eagle_datagen.sources.readers import read_rows
+    from eagle_datagen.sources.resolve import resolve_source
 
     items: list[BenchmarkItem] = []
     without_text = 0

@@ -30,10 +30,11 @@ from eagle_datagen.records import (
     validate_record,
 )
 from eagle_datagen.sources.decontamination import BenchmarkIndex
-from eagle_datagen.sources.locations import SourceFile, resolve_source
+from eagle_datagen.sources.locations import SourceFile
 from eagle_datagen.sources.near_duplicates import find_near_duplicates
 from eagle_datagen.sources.readers import read_rows
 from eagle_datagen.sources.recipe import NearDuplicates, Recipe, SourceSpec
+from eagle_datagen.sources.resolve import resolve_source
 
 log = logging.getLogger(__name__)
 UNKNOWN_CATEGORY = "(none)"

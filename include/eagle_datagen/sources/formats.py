@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eagle_datagen.records import Reject, excerpt_of
+from eagle_datagen.sources.strict_json import loads_strict
 
 FormatName = Literal["messages", "sharegpt", "alpaca", "prompt"]
 FORMAT_NAMES: tuple[str, ...] = ("messages", "sharegpt", "alpaca", "prompt")
@@ -144,8 +145,6 @@ class SourceFormat:
 
 
 def _json_text(text: str, name: str) -> Any:
-    from eagle_datagen.sources.readers import loads_strict
-
     try:
         return loads_strict(text)
     except (ValueError, RecursionError) as exc:
@@ -195,8 +194,6 @@ def _columnar_turns(conversation: dict[str, Any]) -> Any:
 
 
 def _tool_calls(value: Any, where: str, first_id: int) -> list[dict[str, Any]]:
-    from eagle_datagen.sources.readers import loads_strict
-
     try:
         parsed = loads_strict(value) if isinstance(value, str) else value
     except ValueError as exc:

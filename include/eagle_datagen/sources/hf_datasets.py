@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from eagle_datagen.errors import SourceError
-from eagle_datagen.records import Reject
-from eagle_datagen.sources.formats import SourceFormat
 from eagle_datagen.sources.hub_paths import HUB_PATTERN
 from eagle_datagen.sources.locations import SourceFile
 
@@ -125,15 +123,11 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else type(exc).__name__
 
 
-def hf_rows(source: SourceFile, fmt: SourceFormat | None) -> Iterator[Any]:
-    """RawRow or Reject per row; JSON-text columns are decoded as in tabular files."""
-    from eagle_datagen.sources.readers import RawRow, _decode_tabular_row
-
+def hf_rows(source: SourceFile) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(origin, row) per row of the dataset, as it holds them; sources/readers.py decodes them as tabular rows."""
     dataset = _open(source)
     try:
         for number, row in enumerate(dataset, start=1):
-            origin = f"{source.uri}:row{number}"
-            decoded: RawRow | Reject = _decode_tabular_row(origin, row, fmt)
-            yield decoded
+            yield f"{source.uri}:row{number}", row
     except (ValueError, OSError) as exc:  # a corrupt shard in the middle of the dataset
         raise SourceError(f"cannot read Hugging Face dataset {_describe(source)}: {_first_line(exc)}") from None

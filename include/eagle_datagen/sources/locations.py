@@ -11,7 +11,6 @@ from pathlib import Path
 
 from eagle_datagen.errors import SourceError
 from eagle_datagen.objectstore.s3 import GLOB_CHARS, S3Uri, describe_error, is_s3_uri, match_keys, read_object
-from eagle_datagen.sources.hub_paths import HUB_PREFIX
 
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
 COMPRESSIONS = (".gz", ".zst")
@@ -96,20 +95,11 @@ def _supported(names: list[str]) -> list[str]:
     return sorted(n for n in names if source_format(n) is not None)
 
 
-def resolve_source(
+def resolve_files(
     spec: str, base_dir: Path | None = None, split: str | None = None, config: str | None = None
 ) -> list[SourceFile]:
-    """All files a spec names, sorted; a spec that names nothing is an error (a typo must not pass silently).
-    A Hugging Face dataset (hf://, a saved dataset folder, a folder in a dataset's layout) is one source."""
-    from eagle_datagen.sources import hf_datasets
-
-    if spec.startswith(HUB_PREFIX):
-        return [hf_datasets.hub_source(spec, split, config)]
-    if not is_s3_uri(spec):
-        local = Path(spec) if base_dir is None or Path(spec).is_absolute() else base_dir / spec
-        found = hf_datasets.local_source(local, split, config)
-        if found is not None:
-            return [found]
+    """All prompt files a spec names, sorted; a spec that names nothing is an error (a typo must not pass
+    silently). Hugging Face datasets are sources/resolve.py's (which calls this for everything else)."""
     if split is not None or config is not None:
         raise SourceError(
             f"prompt source {spec} has split or config, which only Hugging Face datasets have (hf://datasets/OWNER/"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,36 +21,14 @@ import pyarrow.parquet as pq
 from eagle_datagen.errors import SourceError
 from eagle_datagen.records import Reject, excerpt_of
 from eagle_datagen.sources.formats import SourceFormat
+from eagle_datagen.sources.hf_datasets import hf_rows  # `datasets` itself is imported only for such sources
 from eagle_datagen.sources.locations import SourceFile
+from eagle_datagen.sources.strict_json import DuplicateKey, loads_strict
 
 DEFAULT_FORMAT = SourceFormat()  # detected per record; tabular columns named as the formats name them
 
 OPTIONAL_TEXT_COLUMNS = ("id", "category", "source", "tools")
 BOM = b"\xef\xbb\xbf"
-
-
-class DuplicateKey(ValueError):
-    """An object names a key twice."""
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):  # the rare case: find the key to name it
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKey(f"key {key!r} appears twice in one object")
-            seen.add(key)
-    return result
-
-
-def _not_json_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON (JSON has no NaN or Infinity)")
-
-
-def loads_strict(text: str) -> Any:
-    """json.loads without NaN/Infinity and without duplicate keys."""
-    return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_not_json_constant)
 
 
 def _json_reject(
@@ -75,10 +52,9 @@ class RawRow:
 def read_rows(source: SourceFile, fmt: SourceFormat | None = DEFAULT_FORMAT) -> Iterator[RawRow | Reject]:
     """Rows as the source holds them (tabular JSON-text columns decoded); `fmt` names the columns (None: any
     columns, no JSON text decoded, as benchmark files are read)."""
-    if source.format == "hf":
-        from eagle_datagen.sources.hf_datasets import hf_rows  # `datasets` is imported only for such sources
-
-        yield from hf_rows(source, fmt)
+    if source.format == "hf":  # JSON-text columns decoded as in tabular files
+        for origin, row in hf_rows(source):
+            yield _decode_tabular_row(origin, row, fmt)
         return
     if source.format == "parquet" and source.is_local:  # row group by row group: memory stays bounded
         yield from _parquet_rows(source.uri, source.uri, fmt)

@@ -36,6 +36,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from eagle_datagen import settings
 from eagle_datagen.conversation import TURNS
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.records import CATEGORY_PATTERN
@@ -143,19 +144,23 @@ class NearDuplicates(_Strict):
 
 
 class Defaults(_Strict):
-    samples_per_prompt: int = Field(1, gt=0, le=64)
-    turns: Turns = "last"
-    max_tool_steps: int = Field(8, ge=0, le=256)
-    max_prompt_tokens: int = Field(32768, gt=0)
-    sampling: SamplingParams = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=8192)
+    """The recipe's defaults for every category. Their own defaults are eagle_datagen/settings.py's; the sampling
+    is left unset, so that what the recipe does not set comes from the model profile, then settings.py
+    (settings.PRECEDENCE, applied by generation/stage.category_settings)."""
+
+    samples_per_prompt: int = Field(settings.default_of("samples_per_prompt"), gt=0, le=64)
+    turns: Turns = settings.default_of("turns")
+    max_tool_steps: int = Field(settings.default_of("max_tool_steps"), ge=0, le=256)
+    max_prompt_tokens: int = Field(settings.default_of("max_prompt_tokens"), gt=0)
+    sampling: SamplingParams = SamplingParams()
 
 
 class Recipe(_Strict):
     version: Literal[1] = 1
     # Part of the Airflow asset URIs (eagle-datagen://<name>/<category>): a plain name, no path.
     name: str = Field("recipe", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    seed: int = 0
-    max_reject_rate: float = Field(0.05, ge=0.0, le=1.0)
+    seed: int = settings.default_of("seed")
+    max_reject_rate: float = Field(settings.default_of("max_reject_rate"), ge=0.0, le=1.0)
     # Literal special-token text in a record (a user typing <|im_end|>) forges turn boundaries; such
     # records are rejected (special_token_text) unless this is true. See docs/security.md.
     allow_special_token_text: bool = False

@@ -67,13 +67,14 @@ def _metadata(data: bytes) -> dict[str, str]:
     return header.get("__metadata__") or {}
 
 
-def build_draft_vocab(counts: np.ndarray, k: int = 32000) -> DraftVocab:
-    """Select the k most frequent token ids of `counts` (ties go to the lower id), sorted ascending."""
+def build_draft_vocab(counts: np.ndarray, k: int = 32000, setting: str = "--draft-vocab-size") -> DraftVocab:
+    """Select the k most frequent token ids of `counts` (ties go to the lower id), sorted ascending. `setting`
+    is how the running front end calls the size (settings.named), for the messages."""
     counts = np.asarray(counts)
     if counts.ndim != 1 or counts.dtype.kind not in "iu":
         raise ValueError(f"token counts must be a 1-d integer array, got {counts.dtype} {counts.shape}")
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or k <= 0:
-        raise ConfigError(f"draft vocabulary size must be a positive integer, got {k!r}: pass a --draft-vocab-size > 0")
+        raise ConfigError(f"draft vocabulary size must be a positive integer, got {k!r}: pass a {setting} > 0")
     k = int(k)
     counts = counts.astype(np.int64)
     if counts.size and int(counts.min()) < 0:
@@ -82,7 +83,7 @@ def build_draft_vocab(counts: np.ndarray, k: int = 32000) -> DraftVocab:
     if k > distinct:
         raise ConfigError(
             f"draft vocabulary of {k} asked, but only {distinct} distinct tokens were generated: "
-            "lower --draft-vocab-size or generate more data"
+            f"lower {setting} or generate more data"
         )
     chosen = np.argsort(-counts, kind="stable")[:k]  # stable: equal counts keep ascending id order
     targets = np.sort(chosen).astype(np.int64)

@@ -1,6 +1,6 @@
 """Releases: `releases/release=<id>.json`, every category's published data for one model and weight version.
 
-The release DAG assembles them (plugins/eagle_datagen_airflow/release.py); readers such as the export need
+The release DAG and `eagle-datagen release` assemble them (generation/release.py); readers such as the export need
 only the key and a checked parse. A release lists, per category, the data files of its runs (newest run
 first) with their sha256; a sample id seen in an earlier listed file supersedes later rows of that id.
 """

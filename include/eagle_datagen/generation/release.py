@@ -7,6 +7,7 @@ and counts each sample once: a sample id seen in a newer run (a forced regenerat
 older rows, which the release lists as `superseded_rows` for trainers to skip. The draft vocabulary
 is built over the trained tokens of the whole release.
 
+The run's last step, for every front end: the release DAG's assemble_release task and `eagle-datagen release`.
 Written under the output root: `releases/release=<id>.draft_vocab.safetensors`, then
 `releases/release=<id>.json` last, write-once. Assembling an existing release again returns it.
 """
@@ -32,6 +33,11 @@ from eagle_datagen.storage.releases import release_key
 
 def _data_files(manifest: dict[str, Any], category: str) -> list[dict[str, Any]]:
     return [f for f in manifest["files"] if f["kind"] == "data" and f.get("category") == category]
+
+
+def published_categories(root: OutputRoot) -> list[str]:
+    """Every category with data in a published run under the root."""
+    return sorted({f["category"] for m in list_manifests(root) for f in m["files"] if f["kind"] == "data"})
 
 
 def assemble_release(

@@ -1,0 +1,140 @@
+"""One conductor: the command line and an Airflow DAG run, given the same settings, run the same steps and apply
+the same checks, so they plan the same run (shards, samples, sampling) and ask the servers the same things.
+
+The CLI runs `eagle-datagen run` in this process; the DAG runs with `dag.test()` (its tasks in this process too),
+both against one stand-in SGLang server and local output folders. Every call of the preflight (the endpoints'
+checks: model, mismatch override, readiness wait, canary) is recorded on both paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eagle_datagen.cli import main
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation import steps
+from eagle_datagen.generation.steps import RunConfig, plan_step, preflight_step
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_PROMPTS = REPO / "include" / "data" / "demo_prompts"
+# the same settings, as each front end says them
+FORM = {"shard_size": 2, "samples_per_prompt": 2, "draft_vocab_size": 16, "temperature": 0.7, "limit": 5}
+FLAGS = ["--shard-size", "2", "--samples-per-prompt", "2", "--draft-vocab-size", "16", "--temperature", "0.7"]
+FLAGS += ["--limit", "5", "--categories", "math", "--incremental", "--per-weight-version"]  # a DAG run's own
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    from eagle_datagen.standin.sglang.config import SimConfig
+    from eagle_datagen.standin.sglang.runner import SimServerThread
+
+    folder = tmp_path_factory.mktemp("conductor")
+    lines = (DEMO_PROMPTS / "math.jsonl").read_text(encoding="utf-8").splitlines()[:8]
+    (folder / "math.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    recipe = folder / "recipe.yaml"
+    recipe.write_text(
+        "version: 1\nname: demo\nseed: 3\ndefaults:\n  sampling: {max_new_tokens: 128}\n"
+        "categories:\n  math:\n    sources: [math.jsonl]\n    sampling: {top_p: 0.9}\n",
+        encoding="utf-8",
+    )
+    with SimServerThread(SimConfig().with_profile("instant")) as sim, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EAGLE_DATAGEN_RECIPE", str(recipe))
+        host, port = sim.url.removeprefix("http://").split(":")
+        sglang = {"conn_type": "http", "host": host, "port": int(port), "extra": {"tokenizer": "standin:kimi-k2.5"}}
+        mp.setenv("AIRFLOW_CONN_SGLANG_DEFAULT", json.dumps(sglang))
+        yield {"folder": folder, "recipe": recipe, "url": sim.url}
+
+
+REAL_PREFLIGHT = steps.preflight
+
+
+def recording_preflight(calls: list, monkeypatch) -> None:
+    real = REAL_PREFLIGHT
+
+    async def record(urls, profile, model, canary, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        calls.append(
+            {
+                "urls": list(urls),
+                "profile": profile.name,
+                "model": model,
+                "canary_sampling": {k: v for k, v in canary["sampling_params"].items() if k != "sampling_seed"},
+            }
+            | kwargs
+        )
+        return await real(urls, profile, model, canary, **kwargs)
+
+    monkeypatch.setattr(steps, "preflight", record)
+
+
+def free_category_asset(category: str) -> None:
+    """An earlier test of the session may have left the category's asset name active under its own recipe's URI,
+    and Airflow then leaves this run's asset inactive (and its finalize task failing): free the name first."""
+    from airflow.models.asset import AssetActive
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
+    with create_session() as session:
+        session.execute(delete(AssetActive).where(AssetActive.name == f"eagle_datagen__{category}"))
+
+
+def the_plan(output: Path) -> dict:
+    """What a plan decides, without the names of the run: shards, samples, categories' sampling, model."""
+    (path,) = output.glob("plans/run=*/plan.json")
+    plan = json.loads(path.read_text())
+    return {
+        "model": plan["model"],
+        "profile": plan["profile"],
+        "categories": plan["categories"],
+        "shards": [{k: v for k, v in s.items() if k != "key"} for s in plan["shards"]],
+    }
+
+
+def test_the_cli_and_a_dag_run_plan_the_same_run_with_the_same_checks(deployment, tmp_path, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    cli_calls: list = []
+    dag_calls: list = []
+    recording_preflight(cli_calls, monkeypatch)
+    code = main(
+        ["run", "--recipe", str(deployment["recipe"]), "--tokenizer", "standin:kimi-k2.5"]
+        + ["--sglang-url", deployment["url"], "--output", str(tmp_path / "cli"), *FLAGS]
+    )
+    assert code == 0
+
+    recording_preflight(dag_calls, monkeypatch)
+    free_category_asset("math")
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    run = bag.get_dag("eagle_datagen__math").test(run_conf=FORM | {"output": str(tmp_path / "dag")})
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["finalize"] == "success", states
+
+    cli_plan, dag_plan = the_plan(tmp_path / "cli"), the_plan(tmp_path / "dag")
+    assert cli_plan == dag_plan
+    assert cli_plan["categories"]["math"]["sampling"] == {"max_new_tokens": 128, "temperature": 0.7, "top_p": 0.9}
+    assert sum(s["samples"] for s in cli_plan["shards"]) == 10 and len(cli_plan["shards"]) == 3
+    assert cli_calls == dag_calls and len(cli_calls) == 1, (cli_calls, dag_calls)
+    assert cli_calls[0]["allow_model_mismatch"] is False and cli_calls[0]["wait_s"] == 30.0
+
+
+def test_the_steps_refuse_a_rerun_whose_configuration_changed(deployment, tmp_path):
+    """What the command line always checked, a DAG's tasks now check too: a plan made with other sampling is not
+    continued with this configuration's (check_plan_matches)."""
+    config = RunConfig(
+        output=str(tmp_path),
+        tokenizer="standin:kimi-k2.5",
+        sglang_urls=[deployment["url"]],
+        run_id="rerun",
+        recipe=str(deployment["recipe"]),
+        limit=3,
+        front_end="airflow",
+    )
+    servers = preflight_step(config.to_dict())
+    assert plan_step(config.to_dict(), servers)["samples"] == 3
+    changed = RunConfig.from_dict(config.to_dict() | {"temperature": 0.2}).to_dict()
+    with pytest.raises(ConfigError, match="other settings"):
+        plan_step(changed, preflight_step(changed))

@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.generation.stage import prepare_plan, run_generation
+from eagle_datagen.generation.stage import prepare_plan
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.storage.output_root import open_output_root

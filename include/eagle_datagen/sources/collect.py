@@ -488,7 +488,7 @@ def _filter_reject(record: PromptRecord, reason: str, detail: str, benchmark: st
     )
 
 
-def check_reject_rate(collected: CollectedPrompts, max_rate: float, rejects_at: str) -> None:
+def check_reject_rate(collected: CollectedPrompts | StreamedPrompts, max_rate: float, rejects_at: str) -> None:
     if collected.reject_rate > max_rate:
         raise RejectRateExceeded(
             f"{collected.invalid} of {collected.records_read} prompt records were rejected "

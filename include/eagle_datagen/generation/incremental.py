@@ -14,7 +14,7 @@ import logging
 
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.claims import Claim, claimed_sample_ids, write_claim
-from eagle_datagen.generation.plan import CategorySettings, PlannedPrompt
+from eagle_datagen.generation.plan import CategorySettings, PlannedKey
 from eagle_datagen.generation.plan_lock import PlanLock, PlanLockPolicy
 from eagle_datagen.inference.samples import make_sample_id
 from eagle_datagen.storage.catalog import Catalog
@@ -27,25 +27,18 @@ class NothingToDo(DataGenError):
     """An incremental run found every sample already generated: a success with nothing to publish."""
 
 
-def planned_sample_ids(
-    planned: list[PlannedPrompt], settings: dict[str, CategorySettings], model: str
-) -> list[list[str]]:
+def planned_sample_ids(planned: list[PlannedKey], settings: dict[str, CategorySettings], model: str) -> list[list[str]]:
     """The sample ids of each planned prompt, in the order of its sample indices."""
-    return [
-        [make_sample_id(p.record.prompt_id, k, model, settings[p.record.category].sampling) for k in indices]
-        for p, indices in planned
-    ]
+    return [[make_sample_id(p.prompt_id, k, model, settings[p.category].sampling) for k in p.indices] for p in planned]
 
 
-def keep_new(
-    planned: list[PlannedPrompt], ids: list[list[str]], existing: set[str]
-) -> tuple[list[PlannedPrompt], list[str]]:
+def keep_new(planned: list[PlannedKey], ids: list[list[str]], existing: set[str]) -> tuple[list[PlannedKey], list[str]]:
     """The prompts with the samples `existing` lacks (prompts left with none are dropped), and their ids."""
     kept, kept_ids = [], []
-    for (prompt, indices), sample_ids in zip(planned, ids, strict=True):
-        new = [(k, sid) for k, sid in zip(indices, sample_ids, strict=True) if sid not in existing]
+    for prompt, sample_ids in zip(planned, ids, strict=True):
+        new = [(k, sid) for k, sid in zip(prompt.indices, sample_ids, strict=True) if sid not in existing]
         if new:
-            kept.append((prompt, [k for k, _ in new]))
+            kept.append(prompt._replace(indices=[k for k, _ in new]))
             kept_ids.extend(sid for _, sid in new)
     return kept, kept_ids
 
@@ -53,7 +46,7 @@ def keep_new(
 def claim_samples(
     root: OutputRoot,
     run_id: str,
-    planned: list[PlannedPrompt],
+    planned: list[PlannedKey],
     settings: dict[str, CategorySettings],
     model: str,
     weight_version: str | None,
@@ -63,7 +56,7 @@ def claim_samples(
     claim_ttl_s: float,
     lock_policy: PlanLockPolicy,
     claim: bool = True,
-) -> list[PlannedPrompt]:
+) -> list[PlannedKey]:
     """The samples this run plans, claimed under its run id (unless `claim` is False: a dry run, whose plan
     is never generated). Raises NothingToDo when none is new."""
     ids = planned_sample_ids(planned, settings, model)

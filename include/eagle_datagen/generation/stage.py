@@ -30,22 +30,22 @@ from typing import Any
 from eagle_datagen import settings
 from eagle_datagen.conversation.driver import ConversationRunner, conversation_rows, has_ended
 from eagle_datagen.conversation.job import ConversationJob
-from eagle_datagen.errors import ConfigError, DataGenError
+from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints, should_checkpoint
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
 from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
 from eagle_datagen.generation.incremental import NothingToDo, claim_samples
 from eagle_datagen.generation.plan import (
     CategorySettings,
+    PlannedKey,
     RunPlan,
     check_plan_matches,
     is_conversation_shard,
     load_plan,
     shard_conversations,
     shard_requests,
-    split_into_shards,
-    write_plan,
 )
+from eagle_datagen.generation.plan_build import source_and_plan
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions, publish_run
 from eagle_datagen.generation.screen import AnswerScreen
@@ -62,7 +62,7 @@ from eagle_datagen.progress import Progress
 from eagle_datagen.sources.collect import resolve_sources
 from eagle_datagen.sources.recipe import Defaults, Recipe
 from eagle_datagen.storage.output_root import OutputRoot, open_output_root
-from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, collect_and_tokenize, setup_tokenize
+from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, setup_tokenize
 
 log = logging.getLogger(__name__)
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # no dots: manifest artifacts use them
@@ -423,38 +423,36 @@ def prepare_plan(
     if existing is not None:
         log.info("run %s: continuing the existing plan (%d shards)", run_id, len(existing.shards))
         return existing
-    _, tokenized, _ = collect_and_tokenize(setup, root, f"rejects/run={run_id}/rejects.jsonl")
-    if not tokenized.prompts:
-        raise DataGenError("no prompts left to generate after validation: check the sources and --categories")
-    categories = sorted({p.record.category for p in tokenized.prompts})
-    settings = category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
     model = options.model or setup.profile.model
-    planned = [(p, list(range(settings[p.record.category].samples_per_prompt))) for p in tokenized.prompts]
-    planned = claim_samples(
+
+    def settings_for(categories: list[str]) -> dict[str, CategorySettings]:
+        return category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
+
+    def choose(planned: list[PlannedKey], settings: dict[str, CategorySettings]) -> list[PlannedKey]:
+        return claim_samples(
+            root,
+            run_id,
+            planned,
+            settings,
+            model,
+            weight_version,
+            incremental=options.incremental,
+            per_weight_version=options.per_weight_version,
+            claim_ttl_s=options.claim_ttl_s,
+            lock_policy=options.plan_lock,
+            claim=options.claim,
+        )
+
+    return source_and_plan(
+        setup,
         root,
         run_id,
-        planned,
-        settings,
-        model,
-        weight_version,
-        incremental=options.incremental,
-        per_weight_version=options.per_weight_version,
-        claim_ttl_s=options.claim_ttl_s,
-        lock_policy=options.plan_lock,
-        claim=options.claim,
-    )
-    shards = split_into_shards(planned, options.shard_size)
-    plan = RunPlan(
-        run_id=run_id,
         model=model,
-        profile=setup.profile.name,
-        categories=settings,
-        shards=[info for info, _ in shards],
         provenance=provenance,
+        shard_size=options.shard_size,
+        settings_for=settings_for,
+        choose=choose,
     )
-    write_plan(root, plan, [prompts for _, prompts in shards])
-    log.info("run %s: planned %d samples in %d shards", run_id, plan.total_samples, len(plan.shards))
-    return plan
 
 
 def run_generation(options: RunOptions) -> RunSummary:

@@ -11,12 +11,15 @@ incremental runs that plan while it is in flight leave its samples alone; a dry 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.claims import Claim, claimed_sample_ids, write_claim
 from eagle_datagen.generation.plan import CategorySettings, PlannedKey
 from eagle_datagen.generation.plan_lock import PlanLock, PlanLockPolicy
 from eagle_datagen.inference.samples import make_sample_id
+from eagle_datagen.records import PromptRecord
 from eagle_datagen.storage.catalog import Catalog
 from eagle_datagen.storage.output_root import OutputRoot
 
@@ -43,6 +46,48 @@ def keep_new(planned: list[PlannedKey], ids: list[list[str]], existing: set[str]
     return kept, kept_ids
 
 
+def read_catalog(root: OutputRoot, model: str, weight_version: str | None, per_weight_version: bool) -> Catalog:
+    """The catalog an incremental run compares with (its weight version's samples only, with `per_weight_version`)."""
+    return Catalog(model, weight_version if per_weight_version else None).refresh(root)
+
+
+def skip_published(
+    catalog: Catalog,
+    model: str,
+    rendering: dict[str, Any],
+    settings_for: Callable[[list[str]], dict[str, CategorySettings]],
+) -> Callable[[PromptRecord], bool] | None:
+    """Newness before tokenizing: a predicate true for a record every sample of which the catalog holds (its ids
+    follow from the record's prompt id, the model and its category's sampling), so that a refresh tokenizes only
+    what is new. None when a published run rendered its prompts with another tokenizer or chat template than
+    `rendering` (the loader's provenance): what it published says nothing about prompts as this run renders them,
+    so every record is tokenized and compared by sample id afterwards, as before (and the run says so)."""
+    other = catalog.rendered_otherwise(rendering.get("tokenizer_sha256"), rendering.get("chat_template_sha256"))
+    if other:
+        log.warning(
+            "incremental: %d published run(s) (%s) rendered prompts with another tokenizer or chat template: the "
+            "known prompts are not skipped before tokenizing; every record is tokenized and compared by sample id",
+            len(other),
+            ", ".join(other[:5]) + (", ..." if len(other) > 5 else ""),
+        )
+        return None
+    if not catalog.sample_ids:
+        return None
+    by_category: dict[str, CategorySettings] = {}
+    known = catalog.sample_ids
+
+    def skip(record: PromptRecord) -> bool:
+        settings = by_category.get(record.category)
+        if settings is None:
+            settings = by_category[record.category] = settings_for([record.category])[record.category]
+        return all(
+            make_sample_id(record.prompt_id, k, model, settings.sampling) in known
+            for k in range(settings.samples_per_prompt)
+        )
+
+    return skip
+
+
 def claim_samples(
     root: OutputRoot,
     run_id: str,
@@ -56,6 +101,7 @@ def claim_samples(
     claim_ttl_s: float,
     lock_policy: PlanLockPolicy,
     claim: bool = True,
+    catalog: Catalog | None = None,
 ) -> list[PlannedKey]:
     """The samples this run plans, claimed under its run id (unless `claim` is False: a dry run, whose plan
     is never generated). Raises NothingToDo when none is new."""
@@ -69,7 +115,7 @@ def claim_samples(
         write([sid for row in ids for sid in row])
         return planned
     wanted = weight_version if per_weight_version else None
-    catalog = Catalog(model, wanted).refresh(root)
+    catalog = catalog if catalog is not None else Catalog(model, wanted).refresh(root)
     with PlanLock(root, run_id, lock_policy) as lock:
         catalog.refresh(root)  # runs published while this one waited
         in_flight = claimed_sample_ids(root, lock.acquired_at, claim_ttl_s, model, wanted, catalog.runs, run_id)

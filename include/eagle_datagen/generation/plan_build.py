@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from eagle_datagen.errors import DataGenError
+from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import (
     PLAN_SCHEMA,
     CategorySettings,
@@ -55,9 +56,23 @@ def source_and_plan(
     def conversations(categories: list[str]) -> set[str]:
         return {c for c, s in settings_for(categories).items() if s.turns == "each"}
 
-    with stream_and_tokenize(setup, root, f"rejects/run={run_id}/rejects.jsonl", conversations, skip) as tokenized:
+    skipped = 0
+
+    def counted_skip(record: PromptRecord) -> bool:
+        nonlocal skipped
+        assert skip is not None
+        known = skip(record)
+        skipped += known
+        return known
+
+    rejects_key = f"rejects/run={run_id}/rejects.jsonl"
+    with stream_and_tokenize(setup, root, rejects_key, conversations, counted_skip if skip else None) as tokenized:
         spool = tokenized.spool
+        if skip is not None:
+            log.info("run %s: %d known prompt(s) skipped before tokenizing, %d tokenized", run_id, skipped, spool.total)
         if not spool.total:
+            if skipped:
+                raise NothingToDo(f"run {run_id}: every sample is already published under this output root")
             raise DataGenError("no prompts left to generate after validation: check the sources and --categories")
         settings = settings_for(spool.categories)
         keys = [

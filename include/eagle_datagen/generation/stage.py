@@ -34,7 +34,7 @@ from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints, should_checkpoint
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
 from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
-from eagle_datagen.generation.incremental import NothingToDo, claim_samples
+from eagle_datagen.generation.incremental import NothingToDo, claim_samples, read_catalog, skip_published
 from eagle_datagen.generation.plan import (
     CategorySettings,
     PlannedKey,
@@ -428,6 +428,10 @@ def prepare_plan(
     def settings_for(categories: list[str]) -> dict[str, CategorySettings]:
         return category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
 
+    # an incremental run reads the catalog first, and tokenizes only the records it lacks
+    catalog = read_catalog(root, model, weight_version, options.per_weight_version) if options.incremental else None
+    skip = skip_published(catalog, model, setup.loaded.provenance(), settings_for) if catalog else None
+
     def choose(planned: list[PlannedKey], settings: dict[str, CategorySettings]) -> list[PlannedKey]:
         return claim_samples(
             root,
@@ -441,6 +445,7 @@ def prepare_plan(
             claim_ttl_s=options.claim_ttl_s,
             lock_policy=options.plan_lock,
             claim=options.claim,
+            catalog=catalog,
         )
 
     return source_and_plan(
@@ -452,6 +457,7 @@ def prepare_plan(
         shard_size=options.shard_size,
         settings_for=settings_for,
         choose=choose,
+        skip=skip,
     )
 
 

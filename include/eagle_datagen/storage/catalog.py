@@ -28,6 +28,8 @@ class Catalog:
         self.weight_version = weight_version
         self.sample_ids: set[str] = set()
         self.runs: set[str] = set()  # every published run read, whatever its model
+        # (tokenizer_sha256, chat_template_sha256) -> the matched runs that rendered their prompts so
+        self.renderings: dict[tuple[str | None, str | None], list[str]] = {}
 
     def refresh(self, root: OutputRoot) -> Catalog:
         matched = 0
@@ -38,6 +40,9 @@ class Catalog:
             if self.weight_version is not None and manifest.get("weight_version") != self.weight_version:
                 continue
             matched += 1
+            provenance = manifest.get("provenance") or {}
+            rendering = (provenance.get("tokenizer_sha256"), provenance.get("chat_template_sha256"))
+            self.renderings.setdefault(rendering, []).append(manifest["run_id"])
             for entry in manifest["files"]:
                 if entry["kind"] in ("data", "quarantine"):
                     shard = pq.ParquetFile(StoredFile(root, entry["key"], entry["size"]))
@@ -47,3 +52,12 @@ class Catalog:
                 "catalog: %d existing samples of %s (%d new run(s) read)", len(self.sample_ids), self.model, matched
             )
         return self
+
+    def rendered_otherwise(self, tokenizer_sha256: str | None, chat_template_sha256: str | None) -> list[str]:
+        """The matched runs whose prompts another tokenizer or chat template rendered."""
+        return sorted(
+            run
+            for rendering, runs in self.renderings.items()
+            if rendering != (tokenizer_sha256, chat_template_sha256)
+            for run in runs
+        )

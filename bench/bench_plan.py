@@ -114,20 +114,22 @@ def plan_child(prompts: str, output: str, run_id: str, incremental: bool) -> Non
     from eagle_datagen.generation.plan_lock import PlanLockPolicy
     from eagle_datagen.generation.stage import SamplingOverrides, category_settings
     from eagle_datagen.storage.output_root import open_output_root
-    from eagle_datagen.tokenization import tokenize as tokenize_module
+    from eagle_datagen.tokenization import stage as tokenize_stage
     from eagle_datagen.tokenization.stage import TokenizeOptions, setup_tokenize
 
     counted = {"tokenized": 0}
-    inner = tokenize_module.tokenize_batch
+    inner = tokenize_stage.tokenize_stream
 
-    def counting(tokenizer: Any, profile: Any, records: Any, *args: Any, **kwargs: Any) -> Any:
-        counted["tokenized"] += len(records)
-        return inner(tokenizer, profile, records, *args, **kwargs)
+    def counting(loaded: Any, records: Any, *args: Any, **kwargs: Any) -> Any:
+        def each() -> Any:
+            for record in records:
+                counted["tokenized"] += 1
+                yield record
 
-    tokenize_module.tokenize_batch = counting  # type: ignore[assignment]  (counted in this process: --processes 1)
-    setup = setup_tokenize(
-        TokenizeOptions(output=output, tokenizer="standin:kimi-k2.5", prompts=[prompts], processes=1)
-    )
+        return inner(loaded, each(), *args, **kwargs)
+
+    tokenize_stage.tokenize_stream = counting  # type: ignore[assignment]  (the records handed to the tokenizer)
+    setup = setup_tokenize(TokenizeOptions(output=output, tokenizer="standin:kimi-k2.5", prompts=[prompts]))
     root = open_output_root(output)
     model = setup.profile.model
 

@@ -31,7 +31,14 @@ from eagle_datagen import settings
 from eagle_datagen.conversation.driver import ConversationRunner, conversation_rows, has_ended
 from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints, should_checkpoint
+from eagle_datagen.generation.checkpoint import (
+    CheckpointPolicy,
+    CheckpointWriter,
+    finish_type,
+    load_checkpoint_index,
+    load_checkpoints,
+    should_checkpoint,
+)
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
 from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
 from eagle_datagen.generation.incremental import NothingToDo, claim_samples, read_catalog, skip_published
@@ -47,7 +54,7 @@ from eagle_datagen.generation.plan import (
 )
 from eagle_datagen.generation.plan_build import source_and_plan
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
-from eagle_datagen.generation.publish import PublishOptions, publish_run
+from eagle_datagen.generation.publish import PublishOptions, publish_run, published_summary
 from eagle_datagen.generation.screen import AnswerScreen
 from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, prompt_groups, spaced_samples
 from eagle_datagen.inference.client import GenerateClient
@@ -213,11 +220,6 @@ def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | No
     return {"input_ids": ids, "sampling_params": params, "rid": f"eagle-datagen-canary-{secrets.token_hex(4)}"}
 
 
-def finish_type(row: dict[str, Any]) -> str:
-    """A checkpoint row's outcome as the run summary counts it."""
-    return "error" if row["error"] else (row["finish_reason"] or {}).get("type", "abort")
-
-
 @dataclass
 class StoredTally:
     """What the run's checkpoints hold, counted while they are loaded and written, so that the end of a run
@@ -296,11 +298,10 @@ async def generate_pending(
     single = [index for index in shard_indices if not is_conversation_shard(plan, index)]
     done: dict[int, set[str]] = {}
     for index in single:
-        rows = load_checkpoints(root, plan.run_id, index)
-        for row in rows.values():
-            tally.count(row)
-        tally.done += len(rows)
-        done[index] = set(rows)  # ids only
+        outcomes = load_checkpoint_index(root, plan.run_id, index)  # ids and outcomes, not the answers
+        tally.finish.update(outcomes.values())
+        tally.done += len(outcomes)
+        done[index] = set(outcomes)
     conversations, stored_steps = pending_conversations(root, plan, shard_indices, tally)
     if conversations and tokenizer is None:
         raise ConfigError("a turns: each shard needs the tokenizer to render its steps")
@@ -472,6 +473,17 @@ def run_generation(options: RunOptions) -> RunSummary:
     options = resolve_thresholds(options, setup.recipe)
     root = open_output_root(options.prompts.output)
     existing = load_plan(root, run_id)
+    published = published_summary(root, run_id) if existing is not None else None
+    if existing is not None and published is not None:  # a finished run: known from its manifest, at once
+        settings = category_settings(list(existing.categories), setup.recipe, setup.profile.sampling, options.sampling)
+        wanted = dataclasses.replace(existing, model=options.model or setup.profile.model, categories=settings)
+        check_plan_matches(existing, wanted)
+        log.info("run %s is already published (%s): nothing to generate", run_id, published.manifest)
+        samples = existing.total_samples
+        elapsed = round(time.monotonic() - started, 2)
+        return RunSummary(
+            run_id, root.uri, len(existing.shards), samples, samples, 0, 0, {}, {}, 0, published.__dict__, [], elapsed
+        )
     if existing is None:  # a rerun works from its plan and needs no sources; the plan reuses this listing
         setup.resolved_sources = resolve_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
     model = options.model or setup.profile.model

@@ -24,7 +24,13 @@ from eagle_datagen.generation.checkpoint import CheckpointPolicy
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
 from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import is_conversation_shard, load_plan
-from eagle_datagen.generation.publish import PublishOptions, ShardIncomplete, finalize_run, publish_shard
+from eagle_datagen.generation.publish import (
+    PublishOptions,
+    ShardIncomplete,
+    finalize_run,
+    publish_shard,
+    published_summary,
+)
 from eagle_datagen.generation.screen import AnswerScreen
 from eagle_datagen.generation.stage import (
     RunOptions,
@@ -246,6 +252,9 @@ def generate_shard_step(
     plan = load_plan(root, cfg.run_id)
     if plan is None:
         raise ConfigError(f"run {cfg.run_id} has no plan under {cfg.output}: run the plan step first")
+    if published_summary(root, cfg.run_id) is not None:  # a finished run (a task rerun after finalize)
+        samples = plan.shards[shard].samples
+        return {"shard": shard, "resumed": samples, "generated": 0, "rows": samples, "endpoints": {}}
     profile = load_profile(plan.profile)
     tokenizer = None
     if is_conversation_shard(plan, shard):  # its steps are rendered here, with the run's own tokenizer

@@ -109,7 +109,7 @@ def measure(command: list[str], env: dict[str, str]) -> dict[str, Any]:
 
 def plan_child(prompts: str, output: str, run_id: str, incremental: bool) -> None:
     """Build a run's plan (no servers: the claims and shards of `run`'s plan step) and print what it did."""
-    from eagle_datagen.generation.incremental import NothingToDo, claim_samples
+    from eagle_datagen.generation.incremental import NothingToDo, claim_samples, read_catalog, skip_published
     from eagle_datagen.generation.plan_build import source_and_plan
     from eagle_datagen.generation.plan_lock import PlanLockPolicy
     from eagle_datagen.generation.stage import SamplingOverrides, category_settings
@@ -136,6 +136,9 @@ def plan_child(prompts: str, output: str, run_id: str, incremental: bool) -> Non
     def settings_for(categories: list[str]) -> Any:
         return category_settings(categories, None, setup.profile.sampling, SamplingOverrides())
 
+    catalog = read_catalog(root, model, None, False) if incremental else None  # as prepare_plan does
+    skip = skip_published(catalog, model, setup.loaded.provenance(), settings_for) if catalog else None
+
     def choose(planned: Any, settings: Any) -> Any:
         return claim_samples(
             root,
@@ -148,6 +151,7 @@ def plan_child(prompts: str, output: str, run_id: str, incremental: bool) -> Non
             per_weight_version=False,
             claim_ttl_s=3600,
             lock_policy=PlanLockPolicy(),
+            catalog=catalog,
         )
 
     try:
@@ -160,12 +164,40 @@ def plan_child(prompts: str, output: str, run_id: str, incremental: bool) -> Non
             shard_size=1000,
             settings_for=settings_for,
             choose=choose,
-            skip=None,
+            skip=skip,
         )
         result = {"samples": plan.total_samples, "shards": len(plan.shards)}
     except NothingToDo:
         result = {"samples": 0, "shards": 0}
     print(json.dumps(result | counted))
+
+
+def publish_child(output: str, run_id: str) -> None:
+    """Make the planned run `run_id` a published one in the catalog's eyes, without generating: a manifest whose
+    data file holds the sample ids its claim lists (the catalog reads only that column)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eagle_datagen.generation.claims import claim_key
+    from eagle_datagen.profile import load_profile
+    from eagle_datagen.storage.manifest import Manifest, ManifestFile, write_manifest
+    from eagle_datagen.storage.objects import put_once
+    from eagle_datagen.storage.output_root import open_output_root
+    from eagle_datagen.tokenization.loader import load_tokenizer
+
+    root = open_output_root(output)
+    ids = pq.read_table(io.BytesIO(root.read_bytes(claim_key(run_id)))).column("sample_id")
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"sample_id": ids}), buffer)
+    stored = put_once(root, f"data/run={run_id}/ids.parquet", buffer.getvalue())
+    profile = load_profile("kimi-k2.5")
+    provenance = load_tokenizer("standin:kimi-k2.5", profile).provenance()
+    counts = {"samples": len(ids), "data": len(ids), "quarantine": 0, "reasons": {}}
+    files = [ManifestFile.of(stored, "data", rows=len(ids), category="chat")]
+    write_manifest(root, Manifest(run_id, profile.model, profile.name, provenance, {}, counts, files))
+    print(json.dumps({"published": len(ids)}))
 
 
 def main() -> None:
@@ -175,7 +207,11 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/bench-plan")
     parser.add_argument("--incremental-new", type=float, default=0.0)
     parser.add_argument("--plan-child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--publish-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.publish_child:
+        publish_child(*args.publish_child)
+        return
     if args.plan_child:
         prompts, output, run_id, incremental = args.plan_child
         plan_child(prompts, output, run_id, incremental == "1")
@@ -217,8 +253,8 @@ def main() -> None:
                     extra = work / f"extra-{n}-{new}.jsonl"
                     write_prompts(extra, new, start=n)
                     subprocess.run(f"cat {extra} >> {grown}", shell=True, check=True)
-                # the first run's plan is published by nobody here: make it a finished run in the catalog's eyes
-                # would need generation; the claims of the first run (in flight) are what an incremental run skips
+                # the first run published as if generated (a manifest listing its sample ids), then the refresh
+                subprocess.run([sys.executable, __file__, "--publish-child", str(output), "full"], env=env, check=True)
                 command = [sys.executable, __file__, "--plan-child", str(grown), str(output), "refresh", "1"]
                 row = {"mode": f"plan --incremental (+{new:,} new)", "prompts": n + new, **measure(command, env)}
                 print(json.dumps(row), flush=True)

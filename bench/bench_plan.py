@@ -206,6 +206,7 @@ def main() -> None:
     parser.add_argument("--mode", default="tokenize,plan")
     parser.add_argument("--workdir", default="/tmp/bench-plan")
     parser.add_argument("--incremental-new", type=float, default=0.0)
+    parser.add_argument("--scale", type=float, default=1.0, help="prompt length factor (0.05: ~250 tokens)")
     parser.add_argument("--plan-child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--publish-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -221,13 +222,13 @@ def main() -> None:
     env = os.environ | {"HF_HUB_OFFLINE": "1"}
     rows = []
     for n in [int(x) for x in args.prompts.split(",")]:
-        source = work / f"prompts-{n}.jsonl"
+        source = work / f"prompts-{n}{'' if args.scale == 1 else f'-x{args.scale}'}.jsonl"
         if not source.exists():
             started = time.monotonic()
-            write_prompts(source, n)
+            write_prompts(source, n, scale=args.scale)
             print(f"wrote {n:,} prompts ({source.stat().st_size / 2**20:.0f} MB) in {time.monotonic() - started:.0f}s")
         for mode in args.mode.split(","):
-            output = work / f"out-{mode}-{n}"
+            output = work / f"out-{mode}-{source.stem}"
             subprocess.run(["rm", "-rf", str(output)], check=True)
             if mode == "tokenize":
                 command = [
@@ -242,7 +243,8 @@ def main() -> None:
                 ]
             else:
                 command = [sys.executable, __file__, "--plan-child", str(source), str(output), "full", "0"]
-            row = {"mode": mode, "prompts": n, **measure(command, env)}
+            row = {"mode": mode if args.scale == 1 else f"{mode} (x{args.scale} length)", "prompts": n}
+            row |= measure(command, env)
             print(json.dumps(row), flush=True)
             rows.append(row)
             if mode == "plan" and args.incremental_new:

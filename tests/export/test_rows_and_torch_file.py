@@ -161,3 +161,35 @@ def test_jsonl_text_refuses_text_that_would_need_escaping():
     )
     with pytest.raises(DataGenError, match="sample_id outside the data contract"):
         jsonl_text(training_rows(table, SeqLimit(), RowCounts()))
+
+
+def test_the_bounded_shuffle_gives_the_seeds_order_over_many_buckets(tmp_path):
+    """The shuffled export in buckets (bounded memory) puts rows in exactly shuffled_order's order, whatever the
+    bucket size: one bucket, or a bucket per 4,096 rows."""
+    import numpy as np
+    import pyarrow as pa
+
+    from eagle_datagen.export.rows import RowCounts
+    from eagle_datagen.export.stage import _shuffled, shuffled_order
+
+    rng = np.random.default_rng(5)
+    read = 20_000
+    kept = np.sort(rng.choice(read, 15_000, replace=False))  # rows dropped on the way, as training_rows does
+    tables = [
+        pa.table(
+            {
+                "row_index": pa.array(kept[s : s + 3000], pa.int64()),
+                "input_ids": pa.array([[int(i), int(i) + 1] for i in kept[s : s + 3000]], pa.list_(pa.int32())),
+            }
+        )
+        for s in range(0, len(kept), 3000)
+    ]
+    expected = kept[shuffled_order(kept, read, 11)]
+    for bucket_bytes in (2**30, 1):
+        counts = RowCounts(rows_read=read)
+        out = list(_shuffled(iter(tables), tmp_path / "staging.arrow", 11, counts, bucket_bytes=bucket_bytes))
+        got = pa.concat_tables(out)
+        assert got.column("row_index").to_numpy().tolist() == expected.tolist()
+        assert got.column("input_ids").to_pylist()[:3] == [[int(i), int(i) + 1] for i in expected[:3]]
+        assert got.schema.names == ["row_index", "input_ids"]
+        assert not list(tmp_path.iterdir())  # staging and buckets removed

@@ -7,7 +7,15 @@ import asyncio
 import pytest
 
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, checkpoint_prefix, load_checkpoints
+from eagle_datagen.generation.checkpoint import (
+    INDEX_SUFFIX,
+    CheckpointPolicy,
+    CheckpointWriter,
+    checkpoint_prefix,
+    finish_type,
+    load_checkpoint_index,
+    load_checkpoints,
+)
 from eagle_datagen.generation.plan import (
     CategorySettings,
     RunPlan,
@@ -48,6 +56,10 @@ def result(i: int, shard: int = 0, retryable: bool = False) -> SampleResult:
     )
 
 
+def chunks(root, run_id: str, shard: int) -> list[str]:
+    return [k for k in root.list(checkpoint_prefix(run_id, shard)) if k.endswith(".jsonl")]
+
+
 def test_writer_flushes_by_count_and_on_exit_and_skips_retryable(tmp_path):
     root = LocalOutputRoot(str(tmp_path))
 
@@ -55,7 +67,7 @@ def test_writer_flushes_by_count_and_on_exit_and_skips_retryable(tmp_path):
         async with CheckpointWriter(root, "r1", CheckpointPolicy(max_samples=3, max_age_s=60)) as writer:
             for i in range(4):
                 await writer.add(result(i))
-            assert len(root.list(checkpoint_prefix("r1", 0))) == 1  # flushed at 3
+            assert len(chunks(root, "r1", 0)) == 1  # flushed at 3
             await writer.add(result(99, retryable=True))
             await writer.add(result(5, shard=1))
         return writer.written
@@ -73,7 +85,7 @@ def test_writer_flushes_by_age(tmp_path):
         async with CheckpointWriter(root, "r1", CheckpointPolicy(max_samples=100, max_age_s=0.1)) as writer:
             await writer.add(result(1))
             await asyncio.sleep(0.3)
-            return len(root.list(checkpoint_prefix("r1", 0)))
+            return len(chunks(root, "r1", 0))
 
     assert asyncio.run(scenario()) == 1
 
@@ -87,6 +99,30 @@ def test_reading_tolerates_a_cut_chunk_and_keeps_the_first_copy(tmp_path):
     root.write_bytes(checkpoint_prefix("r", 0) + "chunk-1.jsonl", (line + "\n" + line[:40]).encode())
     root.write_bytes(checkpoint_prefix("r", 0) + "chunk-2.jsonl", (line + "\n").encode())
     assert list(load_checkpoints(root, "r", 0)) == [good["sample_id"]]
+    assert load_checkpoint_index(root, "r", 0) == {good["sample_id"]: "stop"}  # chunks without an index: read
+
+
+def test_the_checkpoint_index_says_what_the_chunks_hold_without_reading_them(tmp_path):
+    root = LocalOutputRoot(str(tmp_path))
+
+    async def scenario():
+        async with CheckpointWriter(root, "r1", CheckpointPolicy(max_samples=3, max_age_s=60)) as writer:
+            for i in range(7):
+                await writer.add(result(i))
+
+    asyncio.run(scenario())
+    rows = load_checkpoints(root, "r1", 0)
+    assert load_checkpoint_index(root, "r1", 0) == {sid: finish_type(row) for sid, row in rows.items()}
+    assert len([k for k in root.list(checkpoint_prefix("r1", 0)) if k.endswith(INDEX_SUFFIX)]) == 3
+    # the chunks are not read when their index is there: a chunk made unreadable changes nothing
+    first = chunks(root, "r1", 0)[0]
+    root.write_bytes(first, b"not json")
+    assert len(load_checkpoint_index(root, "r1", 0)) == 7
+    # a chunk whose index was never written (a crash between the two writes) is read in full
+    for key in root.list(checkpoint_prefix("r1", 0)):
+        if key.endswith(INDEX_SUFFIX) and not key.startswith(first.removesuffix(".jsonl")):
+            root.delete(key)
+    assert len(load_checkpoint_index(root, "r1", 0)) == 7
 
 
 def tokenized(n: int, category: str) -> list[TokenizedPrompt]:

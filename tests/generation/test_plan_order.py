@@ -83,3 +83,49 @@ def test_split_into_shards_keeps_a_conversations_steps_in_one_shard():
     for c, places in where.items():
         flat = [index * 8 + position for index, position in places]
         assert flat == list(range(flat[0], flat[0] + 4)), (c, places)
+
+
+def _streamed_order(items: list[list[int]], batch: int = 7) -> list[int]:
+    import pyarrow as pa
+
+    from eagle_datagen.generation.plan_order import family_order
+
+    def batches():
+        for start in range(0, len(items), batch):
+            yield pa.array(items[start : start + batch], type=pa.list_(pa.int32()))
+
+    return family_order(batches, len(items)).tolist()
+
+
+def _dataset(seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    system = [rng.randrange(160_000) for _ in range(40)]
+    items: list[list[int]] = []
+    for _ in range(30):  # conversations, some branching after a step, some steps twice
+        history = conversation([[rng.randrange(2000, 160_000) for _ in range(9)] for _ in range(5)])
+        steps = [step(history, n) for n in range(1, rng.randrange(2, 6))]
+        if rng.random() < 0.3:
+            steps.append(steps[0] + [rng.randrange(2000, 160_000) for _ in range(12)] + [THINK])
+        if rng.random() < 0.2:
+            steps.append(list(rng.choice(steps)))
+        items += steps
+    items += [system + [rng.randrange(160_000) for _ in range(rng.randrange(1, 30))] + [THINK] for _ in range(40)]
+    items += [[1, 2], [1, 2, 3], [1, 3], [5], [1, 2, 3]]
+    rng.shuffle(items)
+    return items
+
+
+def test_the_streamed_order_is_extensions_together():
+    """family_order (prefix hashes over batches, for plans of any size) gives extensions_together's order."""
+    for seed in range(20):
+        items = _dataset(seed)
+        expected = extensions_together(list(range(len(items))), items.__getitem__)
+        assert _streamed_order(items, batch=1 + seed % 9) == expected, seed
+
+
+def test_the_streamed_order_of_the_examples_above():
+    history = conversation([list(range(1000 + 9 * t, 1009 + 9 * t)) for t in range(4)])
+    items = [step(history, 3), [7, 7, 7, THINK], step(history, 1), [8, 8, THINK], step(history, 2), step(history, 4)]
+    assert _streamed_order(items) == [2, 4, 0, 5, 1, 3]
+    assert _streamed_order([[1, 2, THINK], [3, THINK], [1, 2, THINK]]) == [0, 2, 1]
+    assert _streamed_order([[1, 3], [5], [1, 2, 3], [1, 2]]) == [0, 1, 3, 2]

@@ -194,6 +194,11 @@ def test_rerunning_a_published_run_is_a_no_op(tmp_path):
         second = run_generation(options(tmp_path, sim.url))
     assert not first.published["already_published"] and second.published["already_published"]
     assert second.generated == 0 and snapshot(root) == before
+    # known from the manifest at once: no checkpoint is read (they may be gone: eagle-datagen gc)
+    for key in root.list("checkpoints/"):
+        root.write_bytes(key, b"unreadable")
+    third = run_generation(options(tmp_path, sim.url))
+    assert third.published["already_published"] and third.resumed == first.samples and third.generated == 0
 
 
 def test_incremental_run_generates_only_new_prompts(tmp_path):

@@ -121,7 +121,7 @@ def test_rerun_of_a_finished_run_generates_nothing(tmp_path):
         second = run_cli(
             "--prompts", str(src), "--sglang-url", sim.url, "--output", str(tmp_path / "o"), "--run-id", "r"
         )
-        assert settled_generations(sim) - served == 1  # only the canary
+        assert settled_generations(sim) - served == 0  # not even the canary: the manifest says the run is done
     assert first.returncode == second.returncode == 0, second.stderr
     assert "12 resumed from checkpoints, 0 generated now" in second.stdout
     assert len(generated_rows(tmp_path / "o", "r")) == 12

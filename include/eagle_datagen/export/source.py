@@ -61,22 +61,26 @@ class ExportSource:
         return data
 
     def tables(self, columns: list[str]) -> Iterator[pa.Table]:
-        """One table per data file with `columns` (sample_id always read), superseded release rows dropped."""
+        """One table per row group of each data file, in order, with `columns` (sample_id always read),
+        superseded release rows dropped: memory holds a file's compressed bytes (to check its sha256) and one
+        row group decoded, not a shard's rows."""
         wanted = list(dict.fromkeys(["sample_id", *columns]))
         seen: set[str] = set()
         for entry in self.files:
             exported = entry.category in self.categories
             names = wanted if exported else ["sample_id"]
-            table = pq.read_table(pa.BufferReader(self.read_checked(entry)), columns=names)
-            table = table.cast(pa.schema([SAMPLE_SCHEMA.field(name) for name in names]))
-            if self.kind == "release":  # the release kept the first row of each sample id, in its order
-                ids = table.column("sample_id").to_pylist()
-                keep = [sample_id not in seen for sample_id in ids]
-                seen.update(ids)
-                if not all(keep):
-                    table = table.filter(pa.array(keep))
-            if exported:
-                yield table
+            schema = pa.schema([SAMPLE_SCHEMA.field(name) for name in names])
+            parquet = pq.ParquetFile(pa.BufferReader(self.read_checked(entry)))
+            for group in range(parquet.metadata.num_row_groups):
+                table = parquet.read_row_group(group, columns=names).cast(schema)
+                if self.kind == "release":  # the release kept the first row of each sample id, in its order
+                    ids = table.column("sample_id").to_pylist()
+                    keep = [sample_id not in seen for sample_id in ids]
+                    seen.update(ids)
+                    if not all(keep):
+                        table = table.filter(pa.array(keep))
+                if exported and table.num_rows:
+                    yield table
 
     @property
     def exported_files(self) -> list[InputFile]:

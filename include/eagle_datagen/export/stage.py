@@ -34,6 +34,7 @@ from eagle_datagen.stats.statistics import TokenCounter
 from eagle_datagen.storage.output_root import OutputRoot
 
 SHUFFLE_BATCH_ROWS = 4096
+SHUFFLE_BUCKET_BYTES = 256 * 2**20  # a shuffled export holds one bucket of rows at a time
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,15 @@ def shuffled_order(row_index: np.ndarray, rows_read: int, seed: int) -> np.ndarr
     return first[np.random.default_rng(seed).permutation(len(first))]
 
 
-def _shuffled(tables: Iterator[pa.Table], staging: Path, seed: int, counts: RowCounts) -> Iterator[pa.Table]:
-    """The rows of `tables` in the seed's order (shuffled_order), through a memory-mapped staging file."""
+def _shuffled(
+    tables: Iterator[pa.Table], staging: Path, seed: int, counts: RowCounts, bucket_bytes: int = SHUFFLE_BUCKET_BYTES
+) -> Iterator[pa.Table]:
+    """The rows of `tables` in the seed's order (shuffled_order), in bounded memory: the rows are staged in a
+    file, then distributed by their place in the output into buckets of at most about `bucket_bytes` (files beside
+    the staging file), and each bucket is read whole, in output order, and put in order. Memory: one staged batch,
+    one bucket, and 16 bytes per row."""
     writer: pa.ipc.RecordBatchFileWriter | None = None
+    buckets: list[Path] = []
     try:
         with pa.OSFile(str(staging), "wb") as sink:
             for table in tables:
@@ -132,14 +139,52 @@ def _shuffled(tables: Iterator[pa.Table], staging: Path, seed: int, counts: RowC
             if writer is None:
                 return
             writer.close()
-        with pa.memory_map(str(staging)) as source:
-            staged = pa.ipc.open_file(source).read_all()
-            order = shuffled_order(staged.column("row_index").to_numpy(), counts.rows_read, seed)
-            for start in range(0, len(order), SHUFFLE_BATCH_ROWS):
-                yield staged.take(pa.array(order[start : start + SHUFFLE_BATCH_ROWS]))
-            del staged
+        with pa.OSFile(str(staging)) as source:  # read, not memory-mapped: pages do not stay resident
+            reader = pa.ipc.open_file(source)
+            schema = reader.schema
+            batches = reader.num_record_batches
+            row_index = np.concatenate(
+                [reader.get_batch(i).column("row_index").to_numpy() for i in range(batches)] or [np.zeros(0, np.int64)]
+            )
+            order = shuffled_order(row_index, counts.rows_read, seed)
+            del row_index
+            n = len(order)
+            position = np.empty(n, dtype=np.int64)  # staged row -> its place in the output
+            position[order] = np.arange(n, dtype=np.int64)
+            del order
+            per_row = max(1, staging.stat().st_size // max(n, 1))
+            bucket_rows = max(SHUFFLE_BATCH_ROWS, bucket_bytes // per_row // SHUFFLE_BATCH_ROWS * SHUFFLE_BATCH_ROWS)
+            buckets = [staging.with_name(f"{staging.name}.bucket{k}") for k in range(-(-n // bucket_rows))]
+            sinks = [pa.OSFile(str(path), "wb") for path in buckets]
+            bucket_schema = schema.append(pa.field("_output_position", pa.int64()))
+            writers = [pa.ipc.new_file(out, bucket_schema) for out in sinks]
+            offset = 0
+            for i in range(batches):
+                batch = reader.get_batch(i)
+                places = position[offset : offset + batch.num_rows]
+                offset += batch.num_rows
+                which = places // bucket_rows
+                for k in np.unique(which).tolist():
+                    mask = which == k
+                    part = pa.Table.from_batches([batch]).filter(pa.array(mask))
+                    writers[k].write_table(part.append_column("_output_position", pa.array(places[mask])))
+            for bucket_writer, out in zip(writers, sinks, strict=True):
+                bucket_writer.close()
+                out.close()
+        del position
+        for path in buckets:
+            with pa.OSFile(str(path)) as source:
+                bucket = pa.ipc.open_file(source).read_all()
+            path.unlink()
+            ordered = bucket.take(pa.array(np.argsort(bucket.column("_output_position").to_numpy())))
+            ordered = ordered.drop_columns(["_output_position"])
+            del bucket
+            for start in range(0, ordered.num_rows, SHUFFLE_BATCH_ROWS):
+                yield ordered.slice(start, SHUFFLE_BATCH_ROWS)
     finally:
         staging.unlink(missing_ok=True)
+        for path in buckets:
+            path.unlink(missing_ok=True)
 
 
 def _supervised_ids(rows: pa.Table) -> np.ndarray:

@@ -5,6 +5,10 @@ Finished samples are buffered and written as small immutable chunk files
 works on a local folder and on S3, and a retry on another worker sees everything already done. A crash
 loses at most the samples in flight plus the unflushed buffer (bounded by `max_samples` and `max_age_s`).
 Reading tolerates a half-written chunk and keeps the first copy of a sample, so nothing is counted twice.
+
+Each chunk is followed by its index (`chunk-<time>-<nonce>.ids.json`: the chunk's sample ids and outcomes), so
+that a resume learns what is done without reading the answers: `load_checkpoint_index` reads the indexes, and
+only a chunk without one (cut off by a crash between the two writes, or written before indexes existed) in full.
 """
 
 from __future__ import annotations
@@ -49,6 +53,40 @@ def load_checkpoints(root: OutputRoot, run_id: str, shard: int) -> dict[str, dic
     return done
 
 
+INDEX_SUFFIX = ".ids.json"
+
+
+def finish_type(row: dict[str, Any]) -> str:
+    """A checkpoint row's outcome as the run summary counts it."""
+    return "error" if row["error"] else (row["finish_reason"] or {}).get("type", "abort")
+
+
+def load_checkpoint_index(root: OutputRoot, run_id: str, shard: int) -> dict[str, str]:
+    """sample_id -> its outcome (`finish_type`), for one shard: what `load_checkpoints` gives, without the answers."""
+    keys = root.list(checkpoint_prefix(run_id, shard))
+    indexed = set(keys)
+    done: dict[str, str] = {}
+    for key in keys:
+        if not key.endswith(".jsonl"):
+            continue
+        index_key = key.removesuffix(".jsonl") + INDEX_SUFFIX
+        if index_key in indexed:
+            try:
+                index = json.loads(root.read_bytes(index_key))
+                for sample_id, outcome in zip(index["sample_ids"], index["outcomes"], strict=True):
+                    done.setdefault(sample_id, outcome)
+                continue
+            except (ValueError, KeyError):  # a damaged index: the chunk itself says it all
+                pass
+        for line in root.read_bytes(key).splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            done.setdefault(row["sample_id"], finish_type(row))
+    return done
+
+
 @dataclass
 class CheckpointPolicy:
     max_samples: int = settings.CHECKPOINT_EVERY  # flush when this many samples are waiting
@@ -63,6 +101,7 @@ class CheckpointWriter:
         self.run_id = run_id
         self.policy = policy or CheckpointPolicy()
         self._pending: dict[int, list[str]] = defaultdict(list)
+        self._index: dict[int, list[tuple[str, str]]] = defaultdict(list)
         self._count = 0
         self._oldest: float | None = None
         self._lock = asyncio.Lock()
@@ -92,6 +131,7 @@ class CheckpointWriter:
     async def add_row(self, shard: int, row: dict[str, Any]) -> None:
         """A checkpoint row as it is (a conversation step carries its prompt ids and its place)."""
         self._pending[shard].append(json.dumps(row, separators=(",", ":")))
+        self._index[shard].append((row["sample_id"], finish_type(row)))
         self._count += 1
         self._oldest = self._oldest or time.monotonic()
         if self._count >= self.policy.max_samples:
@@ -102,12 +142,16 @@ class CheckpointWriter:
             if not self._count:
                 return
             batches, self._pending = self._pending, defaultdict(list)
+            indexes, self._index = self._index, defaultdict(list)
             count, self._count, self._oldest = self._count, 0, None
-            await asyncio.to_thread(self._write, batches)
+            await asyncio.to_thread(self._write, batches, indexes)
             self.written += count
 
-    def _write(self, batches: dict[int, list[str]]) -> None:
+    def _write(self, batches: dict[int, list[str]], indexes: dict[int, list[tuple[str, str]]]) -> None:
         stamp = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
         for shard, lines in batches.items():
-            key = f"{checkpoint_prefix(self.run_id, shard)}chunk-{stamp}.jsonl"
-            self.root.write_bytes(key, ("\n".join(lines) + "\n").encode())
+            key = f"{checkpoint_prefix(self.run_id, shard)}chunk-{stamp}"
+            self.root.write_bytes(f"{key}.jsonl", ("\n".join(lines) + "\n").encode())
+            ids, outcomes = zip(*indexes[shard], strict=True) if indexes[shard] else ((), ())
+            index = {"sample_ids": list(ids), "outcomes": list(outcomes)}
+            self.root.write_bytes(f"{key}{INDEX_SUFFIX}", json.dumps(index, separators=(",", ":")).encode())

@@ -11,13 +11,15 @@ incremental runs that plan while it is in flight leave its samples alone; a dry 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.claims import Claim, claimed_sample_ids, write_claim
-from eagle_datagen.generation.plan import CategorySettings, PlannedPrompt
+from eagle_datagen.generation.plan import CategorySettings, PlannedKey
 from eagle_datagen.generation.plan_lock import PlanLock, PlanLockPolicy
 from eagle_datagen.inference.samples import make_sample_id
+from eagle_datagen.records import PromptRecord
 from eagle_datagen.storage.catalog import Catalog
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.tokenization.provenance import check_same_tokenizer
@@ -29,33 +31,68 @@ class NothingToDo(DataGenError):
     """An incremental run found every sample already generated: a success with nothing to publish."""
 
 
-def planned_sample_ids(
-    planned: list[PlannedPrompt], settings: dict[str, CategorySettings], model: str
-) -> list[list[str]]:
+def planned_sample_ids(planned: list[PlannedKey], settings: dict[str, CategorySettings], model: str) -> list[list[str]]:
     """The sample ids of each planned prompt, in the order of its sample indices."""
-    return [
-        [make_sample_id(p.record.prompt_id, k, model, settings[p.record.category].sampling) for k in indices]
-        for p, indices in planned
-    ]
+    return [[make_sample_id(p.prompt_id, k, model, settings[p.category].sampling) for k in p.indices] for p in planned]
 
 
-def keep_new(
-    planned: list[PlannedPrompt], ids: list[list[str]], existing: set[str]
-) -> tuple[list[PlannedPrompt], list[str]]:
+def keep_new(planned: list[PlannedKey], ids: list[list[str]], existing: set[str]) -> tuple[list[PlannedKey], list[str]]:
     """The prompts with the samples `existing` lacks (prompts left with none are dropped), and their ids."""
     kept, kept_ids = [], []
-    for (prompt, indices), sample_ids in zip(planned, ids, strict=True):
-        new = [(k, sid) for k, sid in zip(indices, sample_ids, strict=True) if sid not in existing]
+    for prompt, sample_ids in zip(planned, ids, strict=True):
+        new = [(k, sid) for k, sid in zip(prompt.indices, sample_ids, strict=True) if sid not in existing]
         if new:
-            kept.append((prompt, [k for k, _ in new]))
+            kept.append(prompt._replace(indices=[k for k, _ in new]))
             kept_ids.extend(sid for _, sid in new)
     return kept, kept_ids
+
+
+def read_catalog(root: OutputRoot, model: str, weight_version: str | None, per_weight_version: bool) -> Catalog:
+    """The catalog an incremental run compares with (its weight version's samples only, with `per_weight_version`)."""
+    return Catalog(model, weight_version if per_weight_version else None).refresh(root)
+
+
+def skip_published(
+    catalog: Catalog,
+    model: str,
+    rendering: dict[str, Any],
+    settings_for: Callable[[list[str]], dict[str, CategorySettings]],
+) -> Callable[[PromptRecord], bool] | None:
+    """Newness before tokenizing: a predicate true for a record every sample of which the catalog holds (its ids
+    follow from the record's prompt id, the model and its category's sampling), so that a refresh tokenizes only
+    what is new. None when a published run rendered its prompts with another tokenizer or chat template than
+    `rendering` (the loader's provenance): what it published says nothing about prompts as this run renders them,
+    so every record is tokenized and compared by sample id afterwards, as before (and the run says so)."""
+    other = catalog.rendered_otherwise(rendering.get("tokenizer_sha256"), rendering.get("chat_template_sha256"))
+    if other:
+        log.warning(
+            "incremental: %d published run(s) (%s) rendered prompts with another tokenizer or chat template: the "
+            "known prompts are not skipped before tokenizing; every record is tokenized and compared by sample id",
+            len(other),
+            ", ".join(other[:5]) + (", ..." if len(other) > 5 else ""),
+        )
+        return None
+    if not catalog.sample_ids:
+        return None
+    by_category: dict[str, CategorySettings] = {}
+    known = catalog.sample_ids
+
+    def skip(record: PromptRecord) -> bool:
+        settings = by_category.get(record.category)
+        if settings is None:
+            settings = by_category[record.category] = settings_for([record.category])[record.category]
+        return all(
+            make_sample_id(record.prompt_id, k, model, settings.sampling) in known
+            for k in range(settings.samples_per_prompt)
+        )
+
+    return skip
 
 
 def claim_samples(
     root: OutputRoot,
     run_id: str,
-    planned: list[PlannedPrompt],
+    planned: list[PlannedKey],
     settings: dict[str, CategorySettings],
     model: str,
     weight_version: str | None,
@@ -66,7 +103,8 @@ def claim_samples(
     lock_policy: PlanLockPolicy,
     claim: bool = True,
     tokenizer: dict[str, Any] | None = None,
-) -> list[PlannedPrompt]:
+    catalog: Catalog | None = None,
+) -> list[PlannedKey]:
     """The samples this run plans, claimed under its run id (unless `claim` is False: a dry run, whose plan
     is never generated). Raises NothingToDo when none is new."""
     ids = planned_sample_ids(planned, settings, model)
@@ -79,7 +117,7 @@ def claim_samples(
         write([sid for row in ids for sid in row])
         return planned
     wanted = weight_version if per_weight_version else None
-    catalog = Catalog(model, wanted).refresh(root)
+    catalog = catalog if catalog is not None else Catalog(model, wanted).refresh(root)
     with PlanLock(root, run_id, lock_policy) as lock:
         catalog.refresh(root)  # runs published while this one waited
         if tokenizer is not None:  # its samples are recognised by prompt, not ids: one tokenizer per root

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -100,6 +100,21 @@ def shard_key(run_id: str, index: int) -> str:
 
 
 PlannedPrompt = tuple[TokenizedPrompt, list[int]]  # a prompt and the sample indices to generate for it
+
+
+class PlannedKey(NamedTuple):
+    """A prompt of a plan being built, by its keys: what choosing samples needs, without its ids or text."""
+
+    prompt_id: str
+    category: str
+    indices: list[int]  # the sample indices to generate
+    row: int  # its row in the category's tokenized spool
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    return buffer.getvalue()
 
 
 def split_into_shards(prompts: list[PlannedPrompt], shard_size: int) -> list[tuple[ShardInfo, list[PlannedPrompt]]]:

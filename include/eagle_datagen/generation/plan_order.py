@@ -13,8 +13,11 @@ those over the replicas, and each replica computes that prefix once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
+
+import numpy as np
+import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -44,3 +47,141 @@ def extensions_together(items: list[T], ids: Callable[[T], Sequence[int]]) -> li
     first = {root: min(group) for root, group in members.items()}
     ordered = sorted(members, key=first.__getitem__)
     return [items[i] for root in ordered for i in members[root]]
+
+
+# The same order for a category of any size, from the prompts' ids read twice in batches (never all at once):
+# prefix relations are found with 64-bit hashes of every prefix instead of a sort of the ids.
+_BASE = 0x100000001B3
+_LENGTH_MIX = 0x9E3779B97F4A7C15
+SIBLING_KEY_TOKENS = 16  # siblings (extensions of one prompt) are ordered by their next 16 ids, then dataset order
+MAX_POSITIONS = 1 << 20  # prefix hashes computed at a time: bounds the memory of a pass (8 bytes each, a few arrays)
+_powers = np.ones(1, dtype=np.uint64)
+
+
+def _power_table(n: int) -> np.ndarray:
+    global _powers
+    if len(_powers) < n:
+        size = max(n, 2 * len(_powers))
+        powers = np.empty(size, dtype=np.uint64)
+        powers[0] = 1
+        with np.errstate(over="ignore"):
+            for i in range(1, size):  # once per process, up to the longest prompt
+                powers[i] = powers[i - 1] * np.uint64(_BASE)
+        _powers = powers
+    return _powers[:n]
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: spreads a polynomial hash over all 64 bits."""
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def _prefix_keys(values: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows given as flat `values` and `offsets` (n + 1, from 0): the key of every prefix of every row (one
+    per position: the prefix that ends there) and its length."""
+    lengths = np.diff(offsets)
+    starts = np.repeat(offsets[:-1], lengths)
+    position = np.arange(len(values), dtype=np.int64) - starts
+    with np.errstate(over="ignore"):
+        terms = (values.astype(np.uint64) + np.uint64(1)) * _power_table(int(lengths.max(initial=1)))[position]
+        sums = np.cumsum(terms, dtype=np.uint64)
+        before = np.concatenate([np.zeros(1, dtype=np.uint64), sums])[starts]
+        length = position + 1
+        keys = _mix((sums - before) ^ (length.astype(np.uint64) * np.uint64(_LENGTH_MIX)))
+    return keys, length
+
+
+def _slices(batch: pa.ListArray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(first row, values, offsets from 0) for consecutive slices of `batch` of at most MAX_POSITIONS ids (at
+    least one row)."""
+    offsets = batch.offsets.to_numpy()
+    first = 0
+    while first < len(batch):
+        last = int(np.searchsorted(offsets, offsets[first] + MAX_POSITIONS, side="right")) - 1
+        last = min(max(last, first + 1), len(batch))
+        piece = batch.slice(first, last - first)
+        values = piece.flatten().to_numpy(zero_copy_only=False)
+        local = piece.offsets.to_numpy()
+        yield first, values, (local - local[0]).astype(np.int64)
+        first = last
+
+
+def family_order(batches: Callable[[], Iterator[pa.ListArray]], n: int) -> np.ndarray:
+    """`extensions_together`'s order as row numbers, for `n` prompts whose ids `batches()` gives in row order as
+    list arrays (called twice). Memory: a few arrays of n entries, and one slice of ids at a time. Siblings (two
+    extensions of one prompt, neither a prefix of the other) are ordered by their next SIBLING_KEY_TOKENS ids
+    (`extensions_together`: all of them), then by row; a 64-bit hash collision could only move a prompt."""
+    if n < 2:
+        return np.arange(n, dtype=np.int64)
+    full = np.empty(n, dtype=np.uint64)
+    row = 0
+    for batch in batches():
+        for first, values, offsets in _slices(batch):
+            keys, _ = _prefix_keys(values, offsets)
+            count = len(offsets) - 1
+            full[row + first : row + first + count] = keys[offsets[1:] - 1]
+        row += len(batch)
+    by_key = np.argsort(full, kind="stable")
+    sorted_keys = full[by_key]
+    parent = np.full(n, -1, dtype=np.int64)
+    # an identical prompt earlier in the dataset: the nearest one is the parent
+    same = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1]) + 1
+    parent[by_key[same]] = by_key[same - 1]
+    sibling_key: dict[int, bytes] = {}
+    row = 0
+    for batch in batches():
+        for first, values, offsets in _slices(batch):
+            keys, length = _prefix_keys(values, offsets)
+            at = np.minimum(np.searchsorted(sorted_keys, keys), n - 1)
+            row_length = np.repeat(np.diff(offsets), np.diff(offsets))
+            hit = (sorted_keys[at] == keys) & (length < row_length)
+            longest = np.maximum.reduceat(np.where(hit, length, 0), offsets[:-1])
+            for local in np.flatnonzero(longest):
+                index = row + first + int(local)
+                if parent[index] >= 0:
+                    continue  # an identical prompt is its longest prefix
+                prefix = int(longest[local])
+                key = keys[offsets[local] + prefix - 1]
+                parent[index] = by_key[int(np.searchsorted(sorted_keys, key, side="right")) - 1]
+                ids = values[offsets[local] + prefix : offsets[local] + prefix + SIBLING_KEY_TOKENS]
+                sibling_key[index] = ids.astype(">u4").tobytes()
+        row += len(batch)
+    return _depth_first(parent, sibling_key)
+
+
+def _depth_first(parent: np.ndarray, sibling_key: dict[int, bytes]) -> np.ndarray:
+    """Families in the order of their first row, each in depth-first order from its root, children ordered by
+    their sibling key, then row."""
+    n = len(parent)
+    root = np.where(parent < 0, np.arange(n), parent)
+    while True:
+        jumped = root[root]
+        if np.array_equal(jumped, root):
+            break
+        root = jumped
+    first = np.full(n, n, dtype=np.int64)
+    np.minimum.at(first, root, np.arange(n))
+    children: dict[int, list[int]] = {}
+    for child in np.flatnonzero(parent >= 0).tolist():
+        children.setdefault(int(parent[child]), []).append(child)
+    roots = np.flatnonzero(parent < 0)
+    roots = roots[np.argsort(first[roots], kind="stable")]
+    order = np.empty(n, dtype=np.int64)
+    filled = 0
+    for top in roots.tolist():
+        stack = [top]
+        while stack:
+            current = stack.pop()
+            order[filled] = current
+            filled += 1
+            kids = children.get(current)
+            if kids:
+                kids.sort(key=lambda c: (sibling_key.get(c, b""), c), reverse=True)
+                stack.extend(kids)
+    assert filled == n
+    return order

@@ -215,18 +215,22 @@ def _put_derived(root: OutputRoot, key: str, data: bytes) -> StoredObject:
     return StoredObject(key, sha256_hex(data), len(data))
 
 
+def published_summary(root: OutputRoot, run_id: str) -> PublishSummary | None:
+    """The summary of a run that is already published, from its manifest alone (one read: no checkpoint, plan
+    shard or data file); None when it has no manifest."""
+    existing = read_manifest(root, run_id)
+    if existing is None:
+        return None
+    counts = existing["counts"]
+    return PublishSummary(
+        manifest_key(run_id), True, counts["data"], counts["quarantine"], counts["reasons"], len(existing["files"])
+    )
+
+
 def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options: PublishOptions) -> PublishSummary:
-    existing = read_manifest(root, plan.run_id)
+    existing = published_summary(root, plan.run_id)
     if existing is not None:
-        counts = existing["counts"]
-        return PublishSummary(
-            manifest_key(plan.run_id),
-            True,
-            counts["data"],
-            counts["quarantine"],
-            counts["reasons"],
-            len(existing["files"]),
-        )
+        return existing
     files: list[ManifestFile] = []
     reasons: Counter[str] = Counter()
     by_category: dict[str, Counter[str]] = {}

@@ -29,21 +29,28 @@ from typing import Any
 from eagle_datagen import settings
 from eagle_datagen.conversation.driver import ConversationRunner, conversation_rows, has_ended
 from eagle_datagen.conversation.job import ConversationJob
-from eagle_datagen.errors import ConfigError, DataGenError
-from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints, should_checkpoint
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation.checkpoint import (
+    CheckpointPolicy,
+    CheckpointWriter,
+    finish_type,
+    load_checkpoint_index,
+    load_checkpoints,
+    should_checkpoint,
+)
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
 from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
-from eagle_datagen.generation.incremental import claim_samples
+from eagle_datagen.generation.incremental import claim_samples, read_catalog, skip_published
 from eagle_datagen.generation.plan import (
     CategorySettings,
+    PlannedKey,
     RunPlan,
     is_conversation_shard,
     load_plan,
     shard_conversations,
     shard_requests,
-    split_into_shards,
-    write_plan,
 )
+from eagle_datagen.generation.plan_build import source_and_plan
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions
 from eagle_datagen.generation.screen import AnswerScreen
@@ -60,7 +67,7 @@ from eagle_datagen.progress import Progress
 from eagle_datagen.sources.recipe import Defaults, Recipe
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.tokenization.provenance import check_same_tokenizer
-from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, collect_and_tokenize
+from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup
 
 log = logging.getLogger(__name__)
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # no dots: manifest artifacts use them
@@ -228,11 +235,6 @@ def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | No
     return {"input_ids": ids, "sampling_params": params, "rid": f"eagle-datagen-canary-{secrets.token_hex(4)}"}
 
 
-def finish_type(row: dict[str, Any]) -> str:
-    """A checkpoint row's outcome as the run summary counts it."""
-    return "error" if row["error"] else (row["finish_reason"] or {}).get("type", "abort")
-
-
 @dataclass
 class StoredTally:
     """What the run's checkpoints hold, counted while they are loaded and written, so that the end of a run
@@ -311,11 +313,10 @@ async def generate_pending(
     single = [index for index in shard_indices if not is_conversation_shard(plan, index)]
     done: dict[int, set[str]] = {}
     for index in single:
-        rows = load_checkpoints(root, plan.run_id, index)
-        for row in rows.values():
-            tally.count(row)
-        tally.done += len(rows)
-        done[index] = set(rows)  # ids only
+        outcomes = load_checkpoint_index(root, plan.run_id, index)  # ids and outcomes, not the answers
+        tally.finish.update(outcomes.values())
+        tally.done += len(outcomes)
+        done[index] = set(outcomes)
     conversations, stored_steps = pending_conversations(root, plan, shard_indices, tally)
     if conversations and tokenizer is None:
         raise ConfigError("a turns: each shard needs the tokenizer to render its steps")
@@ -439,39 +440,40 @@ def prepare_plan(
         check_same_tokenizer(run_id, existing.provenance, provenance, "run")
         log.info("run %s: continuing the existing plan (%d shards)", run_id, len(existing.shards))
         return existing
-    _, tokenized, _ = collect_and_tokenize(setup, root, f"rejects/run={run_id}/rejects.jsonl")
-    if not tokenized.prompts:
-        raise DataGenError(
-            "no prompts left to generate after validation: check the sources and "
-            + settings.named("categories", options.front_end)
-        )
-    categories = sorted({p.record.category for p in tokenized.prompts})
-    chosen = category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
     model = options.model or setup.profile.model
-    planned = [(p, list(range(chosen[p.record.category].samples_per_prompt))) for p in tokenized.prompts]
-    planned = claim_samples(
+
+    def settings_for(categories: list[str]) -> dict[str, CategorySettings]:
+        return category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
+
+    # an incremental run reads the catalog first, and tokenizes only the records it lacks
+    catalog = read_catalog(root, model, weight_version, options.per_weight_version) if options.incremental else None
+    skip = skip_published(catalog, model, setup.loaded.provenance(), settings_for) if catalog else None
+
+    def choose(planned: list[PlannedKey], settings: dict[str, CategorySettings]) -> list[PlannedKey]:
+        return claim_samples(
+            root,
+            run_id,
+            planned,
+            settings,
+            model,
+            weight_version,
+            incremental=options.incremental,
+            per_weight_version=options.per_weight_version,
+            claim_ttl_s=options.claim_ttl_s,
+            lock_policy=options.plan_lock,
+            claim=options.claim,
+            tokenizer=provenance,
+            catalog=catalog,
+        )
+
+    return source_and_plan(
+        setup,
         root,
         run_id,
-        planned,
-        chosen,
-        model,
-        weight_version,
-        incremental=options.incremental,
-        per_weight_version=options.per_weight_version,
-        claim_ttl_s=options.claim_ttl_s,
-        lock_policy=options.plan_lock,
-        claim=options.claim,
-        tokenizer=provenance,
-    )
-    shards = split_into_shards(planned, options.shard_size)
-    plan = RunPlan(
-        run_id=run_id,
         model=model,
-        profile=setup.profile.name,
-        categories=chosen,
-        shards=[info for info, _ in shards],
         provenance=provenance,
+        shard_size=options.shard_size,
+        settings_for=settings_for,
+        choose=choose,
+        skip=skip,
     )
-    write_plan(root, plan, [prompts for _, prompts in shards])
-    log.info("run %s: planned %d samples in %d shards", run_id, plan.total_samples, len(plan.shards))
-    return plan

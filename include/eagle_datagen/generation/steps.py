@@ -30,7 +30,13 @@ from eagle_datagen.generation.checkpoint import CheckpointPolicy
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
 from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import RunPlan, check_plan_matches, is_conversation_shard, load_plan
-from eagle_datagen.generation.publish import PublishOptions, ShardIncomplete, finalize_run, publish_shard
+from eagle_datagen.generation.publish import (
+    PublishOptions,
+    ShardIncomplete,
+    finalize_run,
+    publish_shard,
+    published_summary,
+)
 from eagle_datagen.generation.screen import AnswerScreen
 from eagle_datagen.generation.stage import (
     UNREAD,
@@ -333,6 +339,8 @@ def generate_step(
     plan = ctx.plan()
     if plan is None:
         raise ConfigError(f"run {ctx.run_id} has no plan under {root.uri}: run the plan step first")
+    if published_summary(root, ctx.run_id) is not None:  # a finished run (a task rerun after finalize)
+        return _already_published(plan, shards)
     profile = ctx._setup.profile if ctx._setup is not None else load_profile(plan.profile)
     tokenizer = None
     if ctx._setup is not None:
@@ -380,6 +388,24 @@ def generate_step(
     }
 
 
+def _already_published(plan: RunPlan, shards: list[int]) -> dict[str, Any]:
+    """generate_step's answer for a run whose manifest exists: every sample stored, nothing to do."""
+    total = sum(plan.shards[shard].samples for shard in shards)
+    return {
+        "shards": list(shards),
+        "resumed": total,
+        "generated": 0,
+        "pending": 0,
+        "incomplete": [],
+        "rows": total,
+        "finish": {},
+        "failures": {},
+        "failed_attempts": "",
+        "retries": 0,
+        "endpoints": {},
+    }
+
+
 def generate_shard_step(
     config: RunConfig | dict[str, Any], servers: list[dict[str, Any]], shard: int
 ) -> dict[str, Any]:
@@ -407,11 +433,33 @@ def finalize_step(config: RunConfig | dict[str, Any] | RunContext) -> dict[str, 
     return {"run_id": ctx.run_id, "published": True} | dataclasses.asdict(summary)
 
 
+def _finished_run(ctx: RunContext) -> tuple[RunPlan, dict[str, Any]] | None:
+    """The run's plan and publication when its manifest exists (after checking that the plan matches the
+    settings asked for now, as a resumed run is checked)."""
+    existing = ctx.plan()
+    published = published_summary(ctx.root(), ctx.run_id) if existing is not None else None
+    if existing is None or published is None:
+        return None
+    setup, options = ctx.setup(), ctx.options
+    chosen = category_settings(list(existing.categories), setup.recipe, setup.profile.sampling, options.sampling)
+    model = options.model or setup.profile.model
+    check_plan_matches(existing, dataclasses.replace(existing, model=model, categories=chosen))
+    log.info("run %s is already published (%s): nothing to generate", ctx.run_id, published.manifest)
+    return existing, published.__dict__
+
+
 def run_generation(options: RunOptions) -> RunSummary:
     """The command line's run: the steps above, in this order, in one process (one context)."""
     started = time.monotonic()
     ctx = RunContext(options)
     run_id = ctx.run_id
+    finished = _finished_run(ctx)
+    if finished is not None:  # known from its manifest at once: no preflight, no checkpoint read
+        plan, published = finished
+        samples, elapsed = plan.total_samples, round(time.monotonic() - started, 2)
+        return RunSummary(
+            run_id, ctx.root().uri, len(plan.shards), samples, samples, 0, 0, {}, {}, 0, published, [], elapsed
+        )
     servers = preflight_step(ctx)
     planned = plan_step(ctx, servers)
     infos = _servers(servers)

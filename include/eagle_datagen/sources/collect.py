@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from array import array
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from eagle_datagen.sources.near_duplicates import find_near_duplicates
 from eagle_datagen.sources.readers import read_rows
 from eagle_datagen.sources.recipe import NearDuplicates, Recipe, SourceSpec
 from eagle_datagen.sources.resolve import resolve_source
+from eagle_datagen.sources.spool import PromptSpool
 
 log = logging.getLogger(__name__)
 UNKNOWN_CATEGORY = "(none)"
@@ -109,6 +112,88 @@ class CollectedPrompts:
         return dict(groups)
 
 
+class _CandidateKeys:
+    """What collecting keeps per candidate record: its prompt id (for dedup and caps), source and category."""
+
+    def __init__(self) -> None:
+        self.prompt_ids: list[str] = []
+        self._seen: set[str] = set()
+        self.spec = array("I")
+        self.category = array("I")
+        self.categories: list[str] = []
+        self._category_index: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids)
+
+    def add(self, prompt_id: str, spec: int, category: str) -> bool:
+        """False for a prompt id seen before (a duplicate: not added)."""
+        if prompt_id in self._seen:
+            return False
+        self._seen.add(prompt_id)
+        self.prompt_ids.append(prompt_id)
+        self.spec.append(spec)
+        if category not in self._category_index:
+            self._category_index[category] = len(self.categories)
+            self.categories.append(category)
+        self.category.append(self._category_index[category])
+        return True
+
+    def category_of(self, ordinal: int) -> str:
+        return self.categories[self.category[ordinal]]
+
+
+@dataclass
+class StreamedPrompts:
+    """The collected prompts on local disk (`PromptSpool`) and which of them were selected; counts and rejects in
+    memory. A context manager: leaving it removes the spool."""
+
+    spool: PromptSpool
+    selection: bytearray  # 1 for each selected ordinal
+    category_order: list[str]  # categories in the order collect_prompts lists them
+    rejects: list[Reject]
+    counts: dict[str, CategoryCounts] = field(default_factory=dict)
+    sources: dict[str, SourceCounts] = field(default_factory=dict)
+    file_spec: dict[str, str] = field(default_factory=dict)  # a source file's uri -> its source spec
+
+    def __enter__(self) -> StreamedPrompts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.spool.close()
+
+    @property
+    def selected(self) -> int:
+        return sum(c.selected for c in self.counts.values())
+
+    @property
+    def records_read(self) -> int:
+        return sum(c.read for c in self.counts.values())
+
+    @property
+    def invalid(self) -> int:
+        return sum(1 for r in self.rejects if r.stage != FILTER_STAGE)
+
+    @property
+    def reject_rate(self) -> float:
+        return self.invalid / self.records_read if self.records_read else 0.0
+
+    def records(self) -> Iterator[PromptRecord]:
+        """The selected records in the order they were read (categories interleaved)."""
+        return self.spool.records(self.selection)
+
+    def source_of(self, origin: str) -> str | None:
+        """The source spec of a record by its origin ("<file uri>:<line or row>")."""
+        return self.file_spec.get(origin.rpartition(":")[0])
+
+    def in_memory(self) -> CollectedPrompts:
+        """As `collect_prompts` returns it: the records in a list, by category (in `category_order`)."""
+        rank = {c: i for i, c in enumerate(self.category_order)}
+        prompts = sorted(self.records(), key=lambda p: rank[p.category])  # stable: read order within a category
+        source_of = {p.origin: spec for p in prompts if (spec := self.source_of(p.origin)) is not None}
+        return CollectedPrompts(prompts, self.rejects, self.counts, self.sources, source_of)
+
+
 def plans_from_recipe(recipe: Recipe, categories: list[str] | None = None) -> list[SourcePlan]:
     chosen = list(recipe.categories)
     if categories:
@@ -174,93 +259,213 @@ def collect_prompts(
     filters: PromptFilters | None = None,
     resolved: ResolvedSources | None = None,
 ) -> CollectedPrompts:
-    """Read, validate, dedup, filter and cap the prompts of `plans`; `resolved` (from `resolve_sources`)
-    saves listing the sources again."""
+    """Read, validate, dedup, filter and cap the prompts of `plans`, all in memory (`stream_prompts` is the
+    same selection kept on local disk, for runs of any size); `resolved` (from `resolve_sources`) saves listing
+    the sources again."""
+    with stream_prompts(
+        plans,
+        seed=seed,
+        base_dir=base_dir,
+        limits=limits,
+        categories=categories,
+        limit_per_category=limit_per_category,
+        filters=filters,
+        resolved=resolved,
+    ) as streamed:
+        return streamed.in_memory()
+
+
+def stream_prompts(
+    plans: list[SourcePlan],
+    *,
+    seed: int = 0,
+    base_dir: Path | None = None,
+    limits: RecordLimits = DEFAULT_LIMITS,
+    categories: list[str] | None = None,
+    limit_per_category: int | None = None,
+    filters: PromptFilters | None = None,
+    resolved: ResolvedSources | None = None,
+) -> StreamedPrompts:
+    """`collect_prompts` in memory flat in the number of prompts: records are read one at a time, validated,
+    and written to a spool file on local disk; what stays in memory is each candidate's key (prompt id,
+    category, source) for dedup and caps. The selected records are read back, in order, by
+    `StreamedPrompts.records()`. (With near-duplicate filtering on, each candidate's text is kept too: MinHash
+    compares every pair of the category.)"""
+    filters = filters or PromptFilters()
     counts: dict[str, CategoryCounts] = defaultdict(CategoryCounts)
     per_source: dict[str, SourceCounts] = defaultdict(SourceCounts)
     rejects: list[Reject] = []
-    candidates: list[tuple[int, PromptRecord]] = []  # (index into specs, record), in collection order
+    spool = PromptSpool()
+    keys = _CandidateKeys()
     specs: list[SourceSpec] = []
-    seen: set[str] = set()
+    file_spec: dict[str, str] = {}
     progress = Progress("read prompts", unit="records")
+    benchmark_batch: list[int] = []  # ordinals waiting for the benchmark index (looked up in batches)
+    filter_rejects: list[tuple[int, Reject]] = []
+    texts: list[str] | None = [] if filters.near_duplicates is not None else None
+    use_benchmarks = filters.benchmarks is not None and bool(filters.benchmarks.items)
 
-    for plan_index, plan in enumerate(plans):
-        for spec_index, spec in enumerate(plan.sources):
-            specs.append(spec)
-            fmt = spec.source_format()
-            tally = per_source[spec.path]
-            files = resolved[plan_index, spec_index] if resolved is not None else _resolve(spec, base_dir)
-            for source_file in files:
-                for row in read_rows(source_file, fmt):
-                    progress.advance()
-                    tally.read += 1
-                    outcome = row if isinstance(row, Reject) else fmt.convert(row.value, row.origin)
-                    if not isinstance(outcome, Reject):
-                        outcome = validate_record(outcome, row.origin, plan.category, limits)
-                    if isinstance(outcome, Reject):
-                        # A reject's own category may be anything (a path, a NUL, 1000 characters): counted
-                        # and printed under "(none)" unless it is a valid name.
-                        named = outcome.category if CATEGORY_PATTERN.fullmatch(outcome.category or "") else None
-                        category = plan.category or named or UNKNOWN_CATEGORY
-                        counts[category].read += 1
-                        counts[category].rejected += 1
-                        tally.rejects[outcome.reason] += 1
-                        rejects.append(replace(outcome, source_spec=spec.path))
-                        continue
-                    if categories and outcome.category not in categories:
-                        tally.read -= 1
-                        continue
-                    counts[outcome.category].read += 1
-                    if outcome.prompt_id in seen:
-                        counts[outcome.category].duplicates += 1
-                        continue
-                    seen.add(outcome.prompt_id)
-                    candidates.append((len(specs) - 1, outcome))
-    progress.finish()
+    try:
+        for plan_index, plan in enumerate(plans):
+            for spec_index, spec in enumerate(plan.sources):
+                specs.append(spec)
+                fmt = spec.source_format()
+                tally = per_source[spec.path]
+                files = resolved[plan_index, spec_index] if resolved is not None else _resolve(spec, base_dir)
+                for source_file in files:
+                    file_spec[source_file.uri] = spec.path
+                    for row in read_rows(source_file, fmt):
+                        progress.advance()
+                        tally.read += 1
+                        outcome = row if isinstance(row, Reject) else fmt.convert(row.value, row.origin)
+                        if not isinstance(outcome, Reject):
+                            outcome = validate_record(outcome, row.origin, plan.category, limits)
+                        if isinstance(outcome, Reject):
+                            # A reject's own category may be anything (a path, a NUL, 1000 characters): counted
+                            # and printed under "(none)" unless it is a valid name.
+                            named = outcome.category if CATEGORY_PATTERN.fullmatch(outcome.category or "") else None
+                            category = plan.category or named or UNKNOWN_CATEGORY
+                            counts[category].read += 1
+                            counts[category].rejected += 1
+                            tally.rejects[outcome.reason] += 1
+                            rejects.append(replace(outcome, source_spec=spec.path))
+                            continue
+                        if categories and outcome.category not in categories:
+                            tally.read -= 1
+                            continue
+                        counts[outcome.category].read += 1
+                        if not keys.add(outcome.prompt_id, len(specs) - 1, outcome.category):
+                            counts[outcome.category].duplicates += 1
+                            continue
+                        ordinal = spool.add(outcome)
+                        if texts is not None:
+                            texts.append(prompt_text(outcome))
+                        if use_benchmarks:
+                            benchmark_batch.append(ordinal)
+                            if len(benchmark_batch) >= BENCHMARK_BATCH:
+                                filter_rejects += _benchmark_rejects(spool, benchmark_batch, filters)
+                                benchmark_batch = []
+        if benchmark_batch:
+            filter_rejects += _benchmark_rejects(spool, benchmark_batch, filters)
+        progress.finish()
 
-    filtered: set[int] = set()
-    for index, reject in _filter(candidates, filters or PromptFilters()):
-        spec_index, record = candidates[index]
-        reject = replace(reject, source_spec=specs[spec_index].path)
-        counts[record.category].filtered += 1
-        per_source[reject.source_spec].rejects[reject.reason] += 1
-        if reject.benchmark:
-            per_source[reject.source_spec].benchmark_overlaps[reject.benchmark] += 1
-        rejects.append(reject)
-        filtered.add(index)
+        filtered = bytearray(len(keys))
+        for ordinal, _ in filter_rejects:
+            filtered[ordinal] = 1
+        if texts is not None and filters.near_duplicates is not None:
+            filter_rejects += _near_duplicate_rejects(spool, texts, filtered, filters.near_duplicates)
+            for ordinal, _ in filter_rejects:
+                filtered[ordinal] = 1
+        texts = None
+        for ordinal, reject in filter_rejects:
+            spec = specs[keys.spec[ordinal]]
+            reject = replace(reject, source_spec=spec.path)
+            counts[keys.category_of(ordinal)].filtered += 1
+            per_source[spec.path].rejects[reject.reason] += 1
+            if reject.benchmark:
+                per_source[spec.path].benchmark_overlaps[reject.benchmark] += 1
+            rejects.append(reject)
 
-    from_source: dict[tuple[int, str], list[PromptRecord]] = defaultdict(list)
-    for index, (spec_index, record) in enumerate(candidates):
-        if index not in filtered:
-            from_source[spec_index, record.category].append(record)
-    selected: dict[str, list[PromptRecord]] = defaultdict(list)
-    source_of: dict[str, str] = {}
-    for (spec_index, category), prompts in from_source.items():
-        spec = specs[spec_index]
-        kept = cap_prompts(prompts, spec.max_prompts, seed, f"{category}:{spec.path}")
-        counts[category].capped += len(prompts) - len(kept)
-        selected[category].extend(kept)
-        source_of.update((p.origin, spec.path) for p in kept)
-    caps = {plan.category: plan.max_prompts for plan in plans if plan.category is not None}
-
-    result: list[PromptRecord] = []
-    for category, prompts in selected.items():
-        cap = min((c for c in (caps.get(category), limit_per_category) if c is not None), default=None)
-        kept = cap_prompts(prompts, cap, seed, category)
-        counts[category].capped += len(prompts) - len(kept)
-        counts[category].selected = len(kept)
-        result.extend(kept)
-    collected = CollectedPrompts(result, rejects, dict(counts), dict(per_source), source_of)
+        selected, order = _select(keys, filtered, specs, plans, counts, seed, limit_per_category)
+    except BaseException:
+        spool.close()
+        raise
+    streamed = StreamedPrompts(spool, selected, order, rejects, dict(counts), dict(per_source), file_spec)
     log.info(
         "collected %d prompts from %d records (%d rejected, %d duplicates, %d filtered, %d over caps)",
-        len(result),
-        collected.records_read,
-        collected.invalid,
+        streamed.selected,
+        streamed.records_read,
+        sum(1 for r in rejects if r.stage != FILTER_STAGE),
         sum(c.duplicates for c in counts.values()),
         sum(c.filtered for c in counts.values()),
         sum(c.capped for c in counts.values()),
     )
-    return collected
+    return streamed
+
+
+BENCHMARK_BATCH = 512
+
+
+def _select(
+    keys: _CandidateKeys,
+    filtered: bytearray,
+    specs: list[SourceSpec],
+    plans: list[SourcePlan],
+    counts: dict[str, CategoryCounts],
+    seed: int,
+    limit_per_category: int | None,
+) -> tuple[bytearray, list[str]]:
+    """Which candidates are kept (1 by ordinal): not filtered, within their source's cap, then their category's.
+    Works on ordinals and keys only."""
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)  # (spec, category) -> ordinals, in order
+    for ordinal in range(len(keys)):
+        if not filtered[ordinal]:
+            groups[keys.spec[ordinal], keys.category[ordinal]].append(ordinal)
+    by_category: dict[int, list[int]] = defaultdict(list)
+    for (spec_index, category_index), ordinals in groups.items():
+        spec, category = specs[spec_index], keys.categories[category_index]
+        kept = _cap_ordinals(ordinals, keys, spec.max_prompts, seed, f"{category}:{spec.path}")
+        counts[category].capped += len(ordinals) - len(kept)
+        by_category[category_index].extend(kept)
+    groups.clear()
+    caps = {plan.category: plan.max_prompts for plan in plans if plan.category is not None}
+    selected = bytearray(len(keys))
+    for category_index, ordinals in by_category.items():
+        category = keys.categories[category_index]
+        cap = min((c for c in (caps.get(category), limit_per_category) if c is not None), default=None)
+        kept = _cap_ordinals(sorted(ordinals), keys, cap, seed, category)
+        counts[category].capped += len(ordinals) - len(kept)
+        counts[category].selected = len(kept)
+        for ordinal in kept:
+            selected[ordinal] = 1
+    return selected, [keys.categories[c] for c in by_category]
+
+
+def _cap_ordinals(ordinals: list[int], keys: _CandidateKeys, cap: int | None, seed: int, salt: str) -> list[int]:
+    """`cap_prompts` on ordinals: the `cap` with the smallest sha256(seed, salt, prompt id), in their order."""
+    if cap is None or len(ordinals) <= cap:
+        return ordinals
+
+    def rank(ordinal: int) -> bytes:
+        return hashlib.sha256(f"{seed}:{salt}:{keys.prompt_ids[ordinal]}".encode()).digest()
+
+    keep = set(sorted(ordinals, key=rank)[:cap])
+    return [o for o in ordinals if o in keep]
+
+
+def _benchmark_rejects(spool: PromptSpool, ordinals: list[int], filters: PromptFilters) -> list[tuple[int, Reject]]:
+    index = filters.benchmarks
+    assert index is not None
+    records = [spool.read(o) for o in ordinals]
+    found = []
+    for ordinal, record, overlap in zip(ordinals, records, index.find([user_texts(r) for r in records]), strict=True):
+        if overlap is not None:
+            found.append(
+                (
+                    ordinal,
+                    _filter_reject(record, "benchmark_overlap", overlap.describe(index.n), overlap.item.benchmark),
+                )
+            )
+    return found
+
+
+def _near_duplicate_rejects(
+    spool: PromptSpool, texts: list[str], filtered: bytearray, settings: NearDuplicates
+) -> list[tuple[int, Reject]]:
+    alive = [i for i in range(len(texts)) if not filtered[i]]
+    found_rejects = []
+    for found in find_near_duplicates(
+        [texts[i] for i in alive], settings.threshold, settings.shingle_words, settings.num_perm
+    ):
+        record, original = spool.read(alive[found.index]), spool.read(alive[found.of])
+        named = f"record {original.record_id!r}" if original.record_id else "the record"
+        detail = (
+            f"near-duplicate of {named} at {original.origin} (prompt_id {original.prompt_id[:16]}): estimated "
+            f"Jaccard similarity {found.similarity:.2f} over {settings.shingle_words}-word shingles, threshold "
+            f"{settings.threshold}"
+        )
+        found_rejects.append((alive[found.index], _filter_reject(record, "near_duplicate", detail)))
+    return found_rejects
 
 
 def user_texts(record: PromptRecord) -> list[str]:
@@ -269,41 +474,6 @@ def user_texts(record: PromptRecord) -> list[str]:
 
 def prompt_text(record: PromptRecord) -> str:
     return "\n".join(m["content"] for m in record.messages if m.get("content"))
-
-
-def _filter(candidates: list[tuple[int, PromptRecord]], filters: PromptFilters) -> list[tuple[int, Reject]]:
-    """(index into candidates, reject) for every record a filter leaves out, first by benchmark overlap, then
-    as a near-duplicate of a record kept before it."""
-    dropped: list[tuple[int, Reject]] = []
-    alive = list(range(len(candidates)))
-    if filters.benchmarks is not None and filters.benchmarks.items:
-        index = filters.benchmarks
-        overlaps = index.find([user_texts(record) for _, record in candidates])
-        for i, overlap in enumerate(overlaps):
-            if overlap is not None:
-                dropped.append(
-                    (
-                        i,
-                        _filter_reject(
-                            candidates[i][1], "benchmark_overlap", overlap.describe(index.n), overlap.item.benchmark
-                        ),
-                    )
-                )
-        gone = {i for i, _ in dropped}
-        alive = [i for i in alive if i not in gone]
-    if filters.near_duplicates is not None:
-        settings = filters.near_duplicates
-        texts = [prompt_text(candidates[i][1]) for i in alive]
-        for found in find_near_duplicates(texts, settings.threshold, settings.shingle_words, settings.num_perm):
-            record, original = candidates[alive[found.index]][1], candidates[alive[found.of]][1]
-            named = f"record {original.record_id!r}" if original.record_id else "the record"
-            detail = (
-                f"near-duplicate of {named} at {original.origin} (prompt_id {original.prompt_id[:16]}): estimated "
-                f"Jaccard similarity {found.similarity:.2f} over {settings.shingle_words}-word shingles, threshold "
-                f"{settings.threshold}"
-            )
-            dropped.append((alive[found.index], _filter_reject(record, "near_duplicate", detail)))
-    return dropped
 
 
 def _filter_reject(record: PromptRecord, reason: str, detail: str, benchmark: str | None = None) -> Reject:
@@ -319,7 +489,7 @@ def _filter_reject(record: PromptRecord, reason: str, detail: str, benchmark: st
     )
 
 
-def check_reject_rate(collected: CollectedPrompts, max_rate: float, rejects_at: str) -> None:
+def check_reject_rate(collected: CollectedPrompts | StreamedPrompts, max_rate: float, rejects_at: str) -> None:
     if collected.reject_rate > max_rate:
         raise RejectRateExceeded(
             f"{collected.invalid} of {collected.records_read} prompt records were rejected "

@@ -8,6 +8,7 @@ import io
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from eagle_datagen.errors import SourceError
 from eagle_datagen.objectstore.s3 import GLOB_CHARS, S3Uri, describe_error, is_s3_uri, match_keys, read_object
@@ -60,6 +61,53 @@ class SourceFile:
         except Exception as exc:  # boto errors: one line with the S3 error code
             raise SourceError(f"cannot read prompt source {self.uri}: {describe_error(exc)}") from None
         return _decompress(self.uri, data)
+
+    def open_stream(self) -> IO[bytes]:
+        """The file's (decompressed) bytes as a stream, read as it is consumed: a local file is never held
+        whole (a compressed one stops at the same expansion limit as `read_bytes`); an object in a bucket is
+        fetched whole, as `read_bytes` does, and streamed from memory."""
+        if not self.is_local:
+            return io.BytesIO(self.read_bytes())
+        try:
+            if not self.uri.endswith(COMPRESSIONS):
+                return open(self.uri, "rb")  # noqa: SIM115 (the caller closes it)
+            limit = decompression_limit(Path(self.uri).stat().st_size)
+        except OSError as exc:
+            raise SourceError(f"cannot read prompt source {self.uri}: {exc.strerror or exc}") from None
+        return io.BufferedReader(_LimitedStream(self.uri, limit), buffer_size=1 << 20)
+
+
+class _LimitedStream(io.RawIOBase):
+    """A local compressed file decompressed as it is read; past `limit` bytes (a compression bomb) or on corrupt
+    data, a `SourceError`."""
+
+    def __init__(self, uri: str, limit: int) -> None:
+        import pyarrow as pa  # only compressed sources need it
+
+        self.uri, self.limit, self.total = uri, limit, 0
+        self._arrow_errors: tuple[type[BaseException], ...] = (pa.ArrowException,)
+        self._inner: Any = gzip.open(uri, "rb") if uri.endswith(".gz") else pa.input_stream(uri, compression="zstd")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            data = self._inner.read(len(buffer))
+        except (OSError, EOFError, zlib.error, *self._arrow_errors) as exc:
+            raise SourceError(f"cannot decompress prompt source {self.uri} (truncated or corrupt?): {exc}") from None
+        self.total += len(data)
+        if self.total > self.limit:
+            raise SourceError(
+                f"prompt source {self.uri} expands to more than {self.limit:,} bytes (over {MAX_EXPANSION}x: a "
+                "compression bomb?); split it into smaller files or store it uncompressed"
+            )
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._inner.close()
+        super().close()
 
 
 def decompression_limit(compressed_size: int) -> int:

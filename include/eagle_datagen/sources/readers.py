@@ -13,7 +13,7 @@ import io
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -59,18 +59,24 @@ def read_rows(source: SourceFile, fmt: SourceFormat | None = DEFAULT_FORMAT) -> 
     if source.format == "parquet" and source.is_local:  # row group by row group: memory stays bounded
         yield from _parquet_rows(source.uri, source.uri, fmt)
         return
+    if source.format == "jsonl":  # line by line: a 3 GB file never sits in memory whole, nor split into lines
+        with source.open_stream() as stream:
+            yield from _jsonl_rows(source.uri, stream)
+        return
     data = source.read_bytes()
-    if source.format == "jsonl":
-        yield from _jsonl_rows(source.uri, data)
-    elif source.format == "parquet":
+    if source.format == "parquet":
         yield from _parquet_rows(source.uri, pa.BufferReader(data), fmt)
     else:
         yield from _csv_rows(source.uri, data, fmt)
 
 
-def _jsonl_rows(uri: str, data: bytes) -> Iterator[RawRow | Reject]:
-    data = data.removeprefix(BOM)
-    for number, line in enumerate(data.split(b"\n"), start=1):
+def _jsonl_rows(uri: str, stream: IO[bytes] | bytes) -> Iterator[RawRow | Reject]:
+    """The rows of a JSONL stream (or bytes), one line at a time."""
+    lines = io.BytesIO(stream) if isinstance(stream, bytes) else stream
+    for number, raw in enumerate(lines, start=1):
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        if number == 1:
+            line = line.removeprefix(BOM)
         origin = f"{uri}:{number}"
         if not line.strip():
             continue

@@ -29,6 +29,8 @@ class Catalog:
         self.sample_ids: set[str] = set()
         self.runs: set[str] = set()  # every published run read, whatever its model
         self.provenance: dict[str, dict] = {}  # run id -> its manifest's provenance (tokenizer hashes), matched runs
+        # (tokenizer_sha256, chat_template_sha256) -> the matched runs that rendered their prompts so
+        self.renderings: dict[tuple[str | None, str | None], list[str]] = {}
 
     def refresh(self, root: OutputRoot) -> Catalog:
         matched = 0
@@ -39,7 +41,10 @@ class Catalog:
             if self.weight_version is not None and manifest.get("weight_version") != self.weight_version:
                 continue
             matched += 1
-            self.provenance[manifest["run_id"]] = manifest.get("provenance") or {}
+            provenance = manifest.get("provenance") or {}
+            self.provenance[manifest["run_id"]] = provenance
+            rendering = (provenance.get("tokenizer_sha256"), provenance.get("chat_template_sha256"))
+            self.renderings.setdefault(rendering, []).append(manifest["run_id"])
             for entry in manifest["files"]:
                 if entry["kind"] in ("data", "quarantine"):
                     shard = pq.ParquetFile(StoredFile(root, entry["key"], entry["size"]))
@@ -49,3 +54,12 @@ class Catalog:
                 "catalog: %d existing samples of %s (%d new run(s) read)", len(self.sample_ids), self.model, matched
             )
         return self
+
+    def rendered_otherwise(self, tokenizer_sha256: str | None, chat_template_sha256: str | None) -> list[str]:
+        """The matched runs whose prompts another tokenizer or chat template rendered."""
+        return sorted(
+            run
+            for rendering, runs in self.renderings.items()
+            if rendering != (tokenizer_sha256, chat_template_sha256)
+            for run in runs
+        )

@@ -7,31 +7,37 @@ from __future__ import annotations
 
 import json
 import logging
-import statistics
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.profile import ModelProfile, load_profile
-from eagle_datagen.records import FILTER_STAGE, RecordLimits, Reject
+from eagle_datagen.records import FILTER_STAGE, PromptRecord, RecordLimits, Reject
 from eagle_datagen.sources.benchmarks import BenchmarkSource, load_benchmark
 from eagle_datagen.sources.collect import (
+    CategoryCounts,
     CollectedPrompts,
     PromptFilters,
     ResolvedSources,
+    SourceCounts,
     SourcePlan,
     check_reject_rate,
     collect_prompts,
     plans_from_recipe,
     plans_from_sources,
+    stream_prompts,
 )
 from eagle_datagen.sources.decontamination import BenchmarkIndex
 from eagle_datagen.sources.recipe import Decontamination, NearDuplicates, Recipe, load_recipe
 from eagle_datagen.storage.output_root import OutputRoot, open_output_root
 from eagle_datagen.tokenization.loader import LoadedTokenizer, load_tokenizer
-from eagle_datagen.tokenization.tokenize import TokenizeResult, tokenize_prompts
-from eagle_datagen.tokenization.writer import write_rejects, write_tokenized
+from eagle_datagen.tokenization.tokenize import TokenizeResult, tokenize_prompts, tokenize_stream
+from eagle_datagen.tokenization.tokenized_spool import TokenizedSpool
+from eagle_datagen.tokenization.writer import write_rejects, write_tokenized_parts
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_PROMPT_TOKENS = 32768
@@ -164,28 +170,125 @@ def _prompt_token_limits(options: TokenizeOptions, recipe: Recipe | None) -> dic
     return {"*": recipe.defaults.max_prompt_tokens} | {c: recipe.max_prompt_tokens_for(c) for c in recipe.categories}
 
 
-def _category_summary(collected: CollectedPrompts, result: TokenizeResult) -> dict[str, dict[str, Any]]:
-    lengths: dict[str, list[int]] = {}
-    for prompt in result.prompts:
-        lengths.setdefault(prompt.record.category, []).append(len(prompt.prompt_ids))
+def _category_summary(
+    counts: dict[str, CategoryCounts], spool: TokenizedSpool, tokenizer_rejects: list[Reject]
+) -> dict[str, dict[str, Any]]:
     too_long: dict[str, int] = {}
-    for reject in result.rejects:
+    for reject in tokenizer_rejects:
         too_long[reject.category or "?"] = too_long.get(reject.category or "?", 0) + 1
     summary = {}
-    for category, counts in sorted(collected.counts.items()):
-        lens = lengths.get(category, [])
+    for category, count in sorted(counts.items()):
+        lens = spool.lengths(category) if spool.rows(category) else np.zeros(0, dtype=np.int32)
         summary[category] = {
-            "records_read": counts.read,
-            "rejected": counts.rejected + too_long.get(category, 0),
-            "duplicates": counts.duplicates,
-            "filtered": counts.filtered,
-            "capped": counts.capped,
+            "records_read": count.read,
+            "rejected": count.rejected + too_long.get(category, 0),
+            "duplicates": count.duplicates,
+            "filtered": count.filtered,
+            "capped": count.capped,
             "prompts": len(lens),
-            "prompt_tokens_total": sum(lens),
-            "prompt_tokens_median": statistics.median(lens) if lens else 0,
-            "prompt_tokens_max": max(lens, default=0),
+            "prompt_tokens_total": int(lens.sum(dtype=np.int64)),
+            "prompt_tokens_median": _median(lens),
+            "prompt_tokens_max": int(lens.max(initial=0)),
         }
     return summary
+
+
+def _median(values: np.ndarray) -> int | float:
+    if not len(values):
+        return 0
+    median = float(np.median(values))
+    return int(median) if median.is_integer() else median
+
+
+@dataclass
+class TokenizedPrompts:
+    """What `stream_and_tokenize` leaves: the tokenized prompts on local disk (`spool`), the counts and every
+    reject. A context manager: leaving it removes the spool."""
+
+    spool: TokenizedSpool
+    counts: dict[str, CategoryCounts]
+    sources: dict[str, SourceCounts]
+    rejects: list[Reject]
+    tokenizer_rejects: list[Reject]
+    records_read: int
+
+    def __enter__(self) -> TokenizedPrompts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.spool.close()
+
+
+def stream_and_tokenize(
+    setup: TokenizeSetup,
+    root: OutputRoot,
+    rejects_key: str,
+    conversations: Callable[[list[str]], Collection[str]] | None = None,
+    skip: Callable[[PromptRecord], bool] | None = None,
+) -> TokenizedPrompts:
+    """Collect and tokenize in memory flat in the number of prompts: records are read one at a time (their keys
+    kept), the selected ones tokenized batch by batch into a `TokenizedSpool`. `conversations` names, from the
+    collected categories, those whose source conversations the spool keeps (turns: each); `skip` leaves out
+    records before they are tokenized (an incremental run's known ones). Rejects are written (before failing on
+    too many of them) to `rejects_key`."""
+    options = setup.options
+    streamed = stream_prompts(
+        setup.plans,
+        seed=setup.seed,
+        base_dir=setup.recipe.base_dir if setup.recipe else None,
+        limits=RecordLimits(max_record_bytes=options.max_record_bytes),
+        categories=options.categories,
+        limit_per_category=options.limit,
+        filters=setup.filters,
+        resolved=setup.resolved_sources,
+    )
+    with streamed:
+        if streamed.reject_rate > setup.max_reject_rate:  # stop before tokenizing, but keep the reasons
+            write_rejects(root, rejects_key, streamed.rejects)
+            check_reject_rate(streamed, setup.max_reject_rate, root.location(rejects_key))
+        spool = TokenizedSpool(conversations(streamed.category_order) if conversations else ())
+        try:
+            records = streamed.records()
+            if skip is not None:
+                records = (r for r in records if not skip(r))
+            tokenizer_rejects = []
+            for tokenized, rejects in tokenize_stream(
+                setup.loaded,
+                records,
+                _prompt_token_limits(options, setup.recipe),
+                processes=options.processes,
+                trust_remote_code=options.trust_remote_code,
+                allow_special_token_text=setup.allow_special_token_text,
+                total=streamed.selected,
+            ):
+                spool.add(tokenized)
+                for reject in rejects:  # tokenizer rejects count against their source too
+                    spec = streamed.source_of(reject.origin)
+                    if spec is not None:
+                        streamed.sources[spec].rejects[reject.reason] += 1
+                        reject = replace(reject, source_spec=spec)
+                    tokenizer_rejects.append(reject)
+            spool.finish()
+        except BaseException:
+            spool.close()
+            raise
+    result = TokenizedPrompts(
+        spool,
+        streamed.counts,
+        streamed.sources,
+        streamed.rejects + tokenizer_rejects,
+        tokenizer_rejects,
+        streamed.records_read,
+    )
+    try:
+        write_rejects(root, rejects_key, result.rejects)
+        check_reject_rate(
+            CollectedPrompts([], result.rejects, result.counts), setup.max_reject_rate, root.location(rejects_key)
+        )
+    except BaseException:
+        spool.close()
+        raise
+    return result
 
 
 def collect_and_tokenize(
@@ -233,22 +336,23 @@ def run_tokenize(options: TokenizeOptions) -> TokenizeSummary:
     setup = setup_tokenize(options)
     root = open_output_root(options.output)
     rejects_key = "rejects/rejects.jsonl"
-    collected, result, rejects = collect_and_tokenize(setup, root, rejects_key)
-    files = write_tokenized(root, result.prompts)
-    summary = TokenizeSummary(
-        output=root.uri,
-        profile=setup.profile.name,
-        tokenizer=setup.loaded.provenance(),
-        records_read=collected.records_read,
-        prompts=len(result.prompts),
-        rejected=sum(1 for r in rejects if r.stage != FILTER_STAGE),
-        duplicates=sum(c.duplicates for c in collected.counts.values()),
-        capped=sum(c.capped for c in collected.counts.values()),
-        categories=_category_summary(collected, result),
-        files=files,
-        rejects_file=rejects_key if rejects else None,
-        filtered=sum(c.filtered for c in collected.counts.values()),
-        sources={spec: counts.to_json() for spec, counts in collected.sources.items()},
-    )
+    with stream_and_tokenize(setup, root, rejects_key) as tokenized:
+        files = write_tokenized_parts(root, tokenized.spool)
+        rejects = tokenized.rejects
+        summary = TokenizeSummary(
+            output=root.uri,
+            profile=setup.profile.name,
+            tokenizer=setup.loaded.provenance(),
+            records_read=tokenized.records_read,
+            prompts=tokenized.spool.total,
+            rejected=sum(1 for r in rejects if r.stage != FILTER_STAGE),
+            duplicates=sum(c.duplicates for c in tokenized.counts.values()),
+            capped=sum(c.capped for c in tokenized.counts.values()),
+            categories=_category_summary(tokenized.counts, tokenized.spool, tokenized.tokenizer_rejects),
+            files=files,
+            rejects_file=rejects_key if rejects else None,
+            filtered=sum(c.filtered for c in tokenized.counts.values()),
+            sources={spec: counts.to_json() for spec, counts in tokenized.sources.items()},
+        )
     root.write_bytes("tokenized/_summary.json", json.dumps(summary.to_json(), indent=2).encode())
     return summary

@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,9 +173,15 @@ def auto_processes(n_prompts: int) -> int:
     return max(1, min(os.cpu_count() or 1, n_prompts // MIN_PROMPTS_PER_PROCESS))
 
 
-def _chunks(records: Sequence[PromptRecord], size: int) -> Iterator[Sequence[PromptRecord]]:
-    for start in range(0, len(records), size):
-        yield records[start : start + size]
+def _chunks(records: Iterable[PromptRecord], size: int) -> Iterator[list[PromptRecord]]:
+    chunk: list[PromptRecord] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def tokenize_prompts(
@@ -187,19 +194,49 @@ def tokenize_prompts(
     allow_special_token_text: bool = False,
 ) -> TokenizeResult:
     """Tokenize records in order; `max_prompt_tokens` is one limit or a limit per category ("*" = default).
-    Records whose text would forge special tokens are rejected unless `allow_special_token_text`."""
+    Records whose text would forge special tokens are rejected unless `allow_special_token_text`. Everything
+    in memory: `tokenize_stream` hands each batch on instead."""
+    result = TokenizeResult()
+    for tokenized, rejects in tokenize_stream(
+        loaded,
+        records,
+        max_prompt_tokens,
+        processes=processes,
+        batch_size=batch_size,
+        trust_remote_code=trust_remote_code,
+        allow_special_token_text=allow_special_token_text,
+        total=len(records),
+    ):
+        result.prompts.extend(tokenized)
+        result.rejects.extend(rejects)
+    return result
+
+
+def tokenize_stream(
+    loaded: LoadedTokenizer,
+    records: Iterable[PromptRecord],
+    max_prompt_tokens: int | Mapping[str, int],
+    processes: int | None = None,
+    batch_size: int = BATCH_SIZE,
+    trust_remote_code: bool = False,
+    allow_special_token_text: bool = False,
+    total: int | None = None,
+) -> Iterator[tuple[list[TokenizedPrompt], list[Reject]]]:
+    """`tokenize_prompts` one batch at a time, in order: records are read from `records` as workers need them
+    (at most two batches per process in flight), so memory holds a few batches, whatever the number of
+    prompts. `total` (the number of records, when known) sizes the progress line and the process count."""
     global _worker
     limits = {"*": max_prompt_tokens} if isinstance(max_prompt_tokens, int) else dict(max_prompt_tokens)
     guard = None if allow_special_token_text else SpecialTokenGuard.of(loaded.tokenizer, loaded.profile)
-    processes = processes or auto_processes(len(records))
-    result = TokenizeResult()
-    progress = Progress("tokenize", total=len(records), unit="prompts")
+    processes = processes or auto_processes(total if total is not None else MIN_PROMPTS_PER_PROCESS)
+    progress = Progress("tokenize", total=total, unit="prompts")
+    prompts = rejected = 0
     if processes <= 1:
         for chunk in _chunks(records, batch_size):
             tokenized, rejects = tokenize_batch(loaded.tokenizer, loaded.profile, chunk, limits, guard)
-            result.prompts.extend(tokenized)
-            result.rejects.extend(rejects)
+            prompts, rejected = prompts + len(tokenized), rejected + len(rejects)
             progress.advance(len(chunk))
+            yield tokenized, rejects
     else:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         _worker = (loaded.tokenizer, loaded.profile, limits, guard) if method == "fork" else None
@@ -210,19 +247,22 @@ def tokenize_prompts(
                 initializer=_init_worker,
                 initargs=(loaded.spec, loaded.profile, limits, trust_remote_code, guard is not None),
             ) as pool:
-                chunks = list(_chunks(records, batch_size))
-                for chunk, (tokenized, rejects) in zip(chunks, pool.map(_work, chunks), strict=True):
-                    result.prompts.extend(tokenized)
-                    result.rejects.extend(rejects)
-                    progress.advance(len(chunk))
+                in_flight: deque[tuple[int, Future[tuple[list[TokenizedPrompt], list[Reject]]]]] = deque()
+                chunks = _chunks(records, batch_size)
+                while True:
+                    while len(in_flight) < 2 * processes:
+                        chunk = next(chunks, None)
+                        if chunk is None:
+                            break
+                        in_flight.append((len(chunk), pool.submit(_work, chunk)))
+                    if not in_flight:
+                        break
+                    size, future = in_flight.popleft()
+                    tokenized, rejects = future.result()
+                    prompts, rejected = prompts + len(tokenized), rejected + len(rejects)
+                    progress.advance(size)
+                    yield tokenized, rejects
         finally:
             _worker = None
     elapsed = progress.finish()
-    log.info(
-        "tokenized %d prompts (%d rejected) with %d process(es) in %.2fs",
-        len(result.prompts),
-        len(result.rejects),
-        processes,
-        elapsed,
-    )
-    return result
+    log.info("tokenized %d prompts (%d rejected) with %d process(es) in %.2fs", prompts, rejected, processes, elapsed)

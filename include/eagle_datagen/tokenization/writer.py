@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eagle_datagen.records import Reject
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.tokenization.tokenize import TokenizedPrompt
+from eagle_datagen.tokenization.tokenized_spool import TokenizedSpool
 
 TOKENIZED_SCHEMA = pa.schema(
     [
@@ -59,6 +61,52 @@ def write_tokenized(root: OutputRoot, prompts: Sequence[TokenizedPrompt], part_r
             root.write_bytes(key, parquet_bytes(tokenized_table(rows[start : start + part_rows])))
             keys.append(key)
     return keys
+
+
+PART_TOKENS = 16_000_000  # a part closes at PART_ROWS rows or this many prompt ids (64 MB of int32), first met
+
+
+def write_tokenized_parts(
+    root: OutputRoot, spool: TokenizedSpool, part_rows: int = PART_ROWS, part_tokens: int = PART_TOKENS
+) -> list[str]:
+    """`write_tokenized` from a `TokenizedSpool`, a spool batch at a time: memory holds one part, never a
+    category."""
+    keys = []
+    for category in spool.categories:
+        for number, part in enumerate(_parts(spool, category, part_rows, part_tokens)):
+            key = f"tokenized/category={category}/part-{number:05d}.parquet"
+            root.write_bytes(key, parquet_bytes(pa.concat_tables(part)))
+            keys.append(key)
+    return keys
+
+
+def _parts(spool: TokenizedSpool, category: str, part_rows: int, part_tokens: int) -> Iterator[list[pa.Table]]:
+    part: list[pa.Table] = []
+    rows = tokens = 0
+    for batch in spool.batches(category):
+        table = pa.table(
+            {
+                "record_id": batch.column("record_id"),
+                "prompt_id": batch.column("prompt_id"),
+                "category": pa.array([category] * batch.num_rows, pa.string()),
+                "prompt_ids": batch.column("prompt_ids"),
+            },
+            schema=TOKENIZED_SCHEMA,
+        )
+        lengths = np.diff(batch.column("prompt_ids").offsets.to_numpy())
+        start = 0
+        while start < table.num_rows:
+            fits = int((np.cumsum(lengths[start:]) + tokens <= part_tokens).sum())
+            take = max(1, min(part_rows - rows, fits))  # as many rows as fit in this part, at least one
+            part.append(table.slice(start, take))
+            rows += take
+            tokens += int(lengths[start : start + take].sum())
+            start += take
+            if rows >= part_rows or tokens >= part_tokens:
+                yield part
+                part, rows, tokens = [], 0, 0
+    if part:
+        yield part
 
 
 def write_rejects(root: OutputRoot, key: str, rejects: Iterable[Reject]) -> str | None:

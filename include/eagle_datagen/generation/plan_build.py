@@ -1,0 +1,143 @@
+"""Building a run's plan in memory flat in the number of prompts: source and tokenize into a local spool
+(`stream_and_tokenize`), choose the samples on keys (prompt id, category, sample indices: `claim_samples`), order
+each category's chosen prompts (`family_order`, the plan order) and write the shards one at a time, each read
+from the spool by row. Memory holds a few numbers and a prompt id per prompt, and one shard's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from eagle_datagen.errors import DataGenError
+from eagle_datagen.generation.incremental import NothingToDo
+from eagle_datagen.generation.plan import (
+    PLAN_SCHEMA,
+    CategorySettings,
+    PlannedKey,
+    RunPlan,
+    ShardInfo,
+    parquet_bytes,
+    plan_key,
+    shard_key,
+)
+from eagle_datagen.generation.plan_order import family_order
+from eagle_datagen.records import PromptRecord
+from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.tokenization.stage import TokenizeSetup, stream_and_tokenize
+from eagle_datagen.tokenization.tokenized_spool import TokenizedSpool
+
+log = logging.getLogger(__name__)
+
+SettingsFor = Callable[[list[str]], dict[str, CategorySettings]]
+Choose = Callable[[list[PlannedKey], dict[str, CategorySettings]], list[PlannedKey]]
+
+
+def source_and_plan(
+    setup: TokenizeSetup,
+    root: OutputRoot,
+    run_id: str,
+    *,
+    model: str,
+    provenance: dict[str, Any],
+    shard_size: int,
+    settings_for: SettingsFor,
+    choose: Choose,
+    skip: Callable[[PromptRecord], bool] | None = None,
+) -> RunPlan:
+    """Source, tokenize, choose (`choose`: the claims) and write the plan of `run_id`; `settings_for` gives the
+    sampling of each category, `skip` leaves records out before they are tokenized."""
+
+    def conversations(categories: list[str]) -> set[str]:
+        return {c for c, s in settings_for(categories).items() if s.turns == "each"}
+
+    skipped = 0
+
+    def counted_skip(record: PromptRecord) -> bool:
+        nonlocal skipped
+        assert skip is not None
+        known = skip(record)
+        skipped += known
+        return known
+
+    rejects_key = f"rejects/run={run_id}/rejects.jsonl"
+    with stream_and_tokenize(setup, root, rejects_key, conversations, counted_skip if skip else None) as tokenized:
+        spool = tokenized.spool
+        if skip is not None:
+            log.info("run %s: %d known prompt(s) skipped before tokenizing, %d tokenized", run_id, skipped, spool.total)
+        if not spool.total:
+            if skipped:
+                raise NothingToDo(f"run {run_id}: every sample is already published under this output root")
+            raise DataGenError("no prompts left to generate after validation: check the sources and --categories")
+        settings = settings_for(spool.categories)
+        keys = [
+            PlannedKey(prompt_id, category, list(range(settings[category].samples_per_prompt)), row)
+            for category in spool.categories
+            for row, prompt_id in enumerate(_prompt_ids(spool, category))
+        ]
+        chosen = choose(keys, settings)
+        del keys
+        plan = write_spooled_plan(
+            root, RunPlan(run_id, model, setup.profile.name, settings, [], provenance), spool, chosen, shard_size
+        )
+    log.info("run %s: planned %d samples in %d shards", run_id, plan.total_samples, len(plan.shards))
+    return plan
+
+
+def _prompt_ids(spool: TokenizedSpool, category: str) -> Iterator[str]:
+    for batch in spool.batches(category):
+        yield from batch.column("prompt_id").to_pylist()
+
+
+def write_spooled_plan(
+    root: OutputRoot, plan: RunPlan, spool: TokenizedSpool, chosen: list[PlannedKey], shard_size: int
+) -> RunPlan:
+    """Each category's `chosen` prompts in plan order, in shards of `shard_size` written one at a time; plan.json
+    last (a plan.json on storage means the whole plan is there). Returns `plan` with its shards."""
+    by_category: dict[str, list[PlannedKey]] = {}
+    for key in chosen:
+        by_category.setdefault(key.category, []).append(key)
+    shards: list[ShardInfo] = []
+    for category in sorted(by_category):
+        keys = by_category.pop(category)
+        rows = np.fromiter((k.row for k in keys), dtype=np.int64, count=len(keys))
+        order = family_order(lambda rows=rows, category=category: _ids_of(spool, category, rows), len(rows))
+        keep_conversation = plan.categories[category].turns == "each"
+        for start in range(0, len(order), shard_size):
+            members = [keys[i] for i in order[start : start + shard_size].tolist()]
+            table = spool.take(category, np.array([k.row for k in members], dtype=np.int64))
+            info = ShardInfo(len(shards), category, len(members), sum(len(k.indices) for k in members))
+            shard = pa.table(
+                {
+                    "record_id": table.column("record_id"),
+                    "prompt_id": table.column("prompt_id"),
+                    "category": pa.array([category] * len(members), pa.string()),
+                    "prompt_ids": table.column("prompt_ids"),
+                    "sample_indices": pa.array([k.indices for k in members], pa.list_(pa.int32())),
+                    "conversation": table.column("conversation")
+                    if keep_conversation
+                    else pa.nulls(len(members), pa.string()),
+                },
+                schema=PLAN_SCHEMA,
+            )
+            root.write_bytes(shard_key(plan.run_id, info.index), parquet_bytes(shard))
+            shards.append(info)
+    plan = RunPlan(plan.run_id, plan.model, plan.profile, plan.categories, shards, plan.provenance)
+    root.write_bytes(plan_key(plan.run_id), json.dumps(plan.to_json(), indent=1).encode())
+    return plan
+
+
+def _ids_of(spool: TokenizedSpool, category: str, rows: np.ndarray) -> Iterator[pa.ListArray]:
+    """The ids of the spool's `rows` (ascending) of `category`, batch by batch."""
+    start = 0
+    for batch in spool.batches(category):
+        end = start + batch.num_rows
+        lo, hi = np.searchsorted(rows, [start, end])
+        if hi > lo:
+            yield batch.column("prompt_ids").take(pa.array(rows[lo:hi] - start))
+        start = end

@@ -13,7 +13,8 @@ import pytest
 
 from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import shard_requests
-from eagle_datagen.generation.stage import RunOptions, prepare_plan, run_generation
+from eagle_datagen.generation.stage import RunOptions, prepare_plan
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.storage.output_root import open_output_root
 from eagle_datagen.tokenization import tokenize as tokenize_module
 from eagle_datagen.tokenization.stage import setup_tokenize

@@ -12,7 +12,7 @@ import pytest
 
 from eagle_datagen.generation.claims import claim_key
 from eagle_datagen.generation.plan import plan_key
-from eagle_datagen.generation.stage import run_generation
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.storage.output_root import LocalOutputRoot

@@ -12,7 +12,8 @@ the installed files) and nothing of include/ on sys.path.
 The image's first step (`pip install -r requirements.txt -c constraints.txt`, Airflow included) is not
 repeated: into a fresh venv from pip's warm cache it took 1,001 s on 2026-12-02 (niced, on the 2-core machine
 under other load; venv creation included), against 20-35 s for this whole test. The fresh venv reaches the
-project venv's site-packages instead (built by `make venv` from the same pins, checked below against requirements.txt), by a
+project venv's site-packages instead (built by `make venv` from the same pins, checked below against
+requirements.txt), by a
 .pth line, which puts that folder on sys.path after the venv's own site-packages without running its .pth
 files, so the editable install's path to include/ stays out. The image itself cannot be built here (no Docker
 engine, no base image): tests/deploy/test_compose.py checks the rest of the Dockerfile.

@@ -63,8 +63,6 @@ def beyond_vocab(request: SampleRequest, vocab_size: int) -> str | None:
     if any(i >= vocab_size for i in stops):
         return f"stop_token_ids {stops} hold an id beyond the model's vocabulary of {vocab_size} ids; not sent"
     return None
-
-
 class Judgement(Protocol):
     reason: str | None  # None: a valid answer
 

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.stats.draft_vocab import DraftVocab
 from eagle_datagen.storage.manifest import manifest_key, read_manifest
 from eagle_datagen.storage.objects import sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot
-from eagle_datagen.storage.parquet import SAMPLE_SCHEMA
+from eagle_datagen.storage.parquet import SAMPLE_SCHEMA, read_parquet_bytes
 from eagle_datagen.storage.releases import read_release, release_key
 
 
@@ -67,7 +66,7 @@ class ExportSource:
         for entry in self.files:
             exported = entry.category in self.categories
             names = wanted if exported else ["sample_id"]
-            table = pq.read_table(pa.BufferReader(self.read_checked(entry)), columns=names)
+            table = read_parquet_bytes(self.read_checked(entry), columns=names)
             table = table.cast(pa.schema([SAMPLE_SCHEMA.field(name) for name in names]))
             if self.kind == "release":  # the release kept the first row of each sample id, in its order
                 ids = table.column("sample_id").to_pylist()

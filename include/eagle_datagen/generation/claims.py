@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from eagle_datagen import settings
 from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.storage.parquet import read_parquet_bytes
 
 log = logging.getLogger(__name__)
 CLAIM_METADATA = b"eagle_datagen.claim"
@@ -67,7 +68,7 @@ def withdraw_claim(root: OutputRoot, run_id: str) -> None:
 
 
 def read_claim(root: OutputRoot, run_id: str) -> Claim:
-    table = pq.read_table(io.BytesIO(root.read_bytes(claim_key(run_id))))
+    table = read_parquet_bytes(root.read_bytes(claim_key(run_id)))
     meta = json.loads(table.schema.metadata[CLAIM_METADATA])
     return Claim(meta["run_id"], meta["model"], meta["weight_version"], meta["categories"], table.column(0).to_pylist())
 

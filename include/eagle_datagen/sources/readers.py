@@ -23,6 +23,7 @@ from eagle_datagen.errors import SourceError
 from eagle_datagen.records import Reject, excerpt_of
 from eagle_datagen.sources.formats import SourceFormat
 from eagle_datagen.sources.locations import SourceFile
+from eagle_datagen.storage.parquet import arrow_owned
 
 DEFAULT_FORMAT = SourceFormat()  # detected per record; tabular columns named as the formats name them
 
@@ -87,7 +88,7 @@ def read_rows(source: SourceFile, fmt: SourceFormat | None = DEFAULT_FORMAT) -> 
     if source.format == "jsonl":
         yield from _jsonl_rows(source.uri, data)
     elif source.format == "parquet":
-        yield from _parquet_rows(source.uri, pa.BufferReader(data), fmt)
+        yield from _parquet_rows(source.uri, pa.BufferReader(arrow_owned(data)), fmt)
     else:
         yield from _csv_rows(source.uri, data, fmt)
 

@@ -42,6 +42,22 @@ _USERINFO = re.compile(r"//[^/?#]*@")
 PREFLIGHT_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.5, max_delay_s=4.0)
 CANARY_TRIES = 3  # canaries (each with its own seed) that must all fail a content check to stop the run
 SEED_REPRODUCIBLE = "reproducible: the server runs with --enable-deterministic-inference"
+# /server_info keys that change what a sample is drawn from or how: recorded per server in the plan and manifest
+SAMPLING_SETTINGS = (
+    "enable_deterministic_inference",
+    "random_seed",
+    "sampling_backend",
+    "sampling_defaults",
+    "preferred_sampling_params",
+    "enable_custom_logit_processor",
+    "enable_watermark",
+    "watermark_default_enabled",
+    "watermark_enforce_all",
+    "speculative_algorithm",
+    "dtype",
+    "quantization",
+    "kv_cache_dtype",
+)
 SEED_NOT_REPRODUCIBLE = (
     "not reproducible: the server runs without --enable-deterministic-inference, so SGLang ignores sampling_seed"
 )
@@ -80,6 +96,7 @@ class ServerInfo:
     max_running_requests: int | None
     warnings: list[str] = field(default_factory=list)
     deterministic_inference: bool = False  # --enable-deterministic-inference: only then is sampling_seed honoured
+    sampling_settings: dict[str, Any] = field(default_factory=dict)  # SAMPLING_SETTINGS the server reported
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -89,6 +106,7 @@ class ServerInfo:
             "sglang_version": self.version,
             "enable_deterministic_inference": self.deterministic_inference,
             "sampling_seed": SEED_REPRODUCIBLE if self.deterministic_inference else SEED_NOT_REPRODUCIBLE,
+            "sampling_settings": dict(self.sampling_settings),
         }
 
 
@@ -161,6 +179,16 @@ async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float)
                 f"SGLang at {url} is not ready: {problem}; start it, wait until it has loaded, or fix --sglang-url"
             )
         await asyncio.sleep(1.0)
+
+
+def check_not_watermarking(url: str, server_info: dict[str, Any]) -> None:
+    """SGLang 0.5.23 can watermark its sampling (--enable-watermark, --watermark-config): its samples are then
+    drawn from a skewed distribution, not the model's, which a drafter must not learn."""
+    if server_info.get("enable_watermark") or server_info.get("watermark_config"):
+        raise ConfigError(
+            f"SGLang at {url} runs with --enable-watermark: its samples are not the model's distribution; "
+            "restart it without --enable-watermark and --watermark-config"
+        )
 
 
 def check_canary(url: str, answer: Any, profile: ModelProfile) -> list[str]:
@@ -274,6 +302,7 @@ async def preflight_endpoint(
             "right server, set --model, or pass --allow-model-mismatch"
         )
     server_info = await _get_json(session, url, "/server_info", fallback="/get_server_info")
+    check_not_watermarking(url, server_info)
     version = server_info.get("version")
     warnings = []
     if version and ECHO_BUG_VERSIONS.match(str(version)):
@@ -293,6 +322,7 @@ async def preflight_endpoint(
         max_running_requests=int(running) if isinstance(running, int) and running > 0 else None,
         warnings=warnings,
         deterministic_inference=server_info.get("enable_deterministic_inference") is True,
+        sampling_settings={k: server_info[k] for k in SAMPLING_SETTINGS if k in server_info},
     )
 
 

@@ -114,6 +114,12 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "(outputs are deterministic from sampling_seed either way; real SGLang ignores the seed without it)",
     )
     model.add_argument(
+        "--enable-watermark",
+        action="store_true",
+        help="report enable_watermark true in /server_info, as SGLang 0.5.23 started with --enable-watermark does "
+        "(the stand-in's outputs are not watermarked; preflight refuses such a server)",
+    )
+    model.add_argument(
         "--context-length",
         type=positive_int,
         default=d.context_length,
@@ -219,6 +225,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         weight_version=args.weight_version,
         version=args.version,
         enable_deterministic_inference=args.enable_deterministic_inference,
+        enable_watermark=args.enable_watermark,
         context_length=args.context_length,
         vocab_size=args.vocab_size,
         max_running_requests=args.max_running_requests,

@@ -58,6 +58,8 @@ class SimConfig:
     # SGLang's --enable-deterministic-inference, as /server_info reports it: real SGLang honours sampling_seed
     # only with it (the stand-in's outputs follow the seed either way)
     enable_deterministic_inference: bool = False
+    # SGLang's --enable-watermark (0.5.23): /server_info reports it; the stand-in's outputs are never watermarked
+    enable_watermark: bool = False
     # the model's token facts
     context_length: int = 262144
     vocab_size: int = 163840

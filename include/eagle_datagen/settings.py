@@ -22,6 +22,7 @@ CLAIM_TTL_S = 3600.0
 REQUEST_TIMEOUT_S = 3600.0
 GIVE_UP_AFTER_S = 600.0
 WAIT_READY_S = 30.0
+MIN_ENDPOINTS = 1
 CHECKPOINT_EVERY = 64
 CHECKPOINT_INTERVAL_S = 2.0
 MAX_RECORD_BYTES = 1_000_000
@@ -333,6 +334,15 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         cli="--wait-ready",
         config="wait_ready_s",
         only="Airflow keeps the default: the preflight task retries",
+    ),
+    Setting(
+        "min_endpoints",
+        MIN_ENDPOINTS,
+        "one healthy replica can do the work: a broken one is left out with a warning, not a failed night",
+        cli="--min-endpoints",
+        recipe="min_endpoints",
+        form="min_endpoints",
+        config="min_endpoints",
     ),
     Setting(
         "canary",

@@ -120,5 +120,6 @@ def run_config(
         dry_run=params["dry_run"],
         draft_vocab_size=params["draft_vocab_size"],
         max_rates=dict(params["max_rates"]),
+        min_endpoints=params.get("min_endpoints"),
         trust_remote_code=deployment.trust_remote_code,
     ).to_dict()

@@ -105,6 +105,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help=f"how long the preflight waits for a server that is still starting (default: {settings.WAIT_READY_S:g})",
     )
     servers.add_argument(
+        "--min-endpoints",
+        type=positive_int,
+        metavar="N",
+        help="endpoints that must pass preflight; one that fails (unreachable, wrong model, a reasoning parser, "
+        "the echo bug, watermarking) is left out with a warning, and the run stops only when fewer than N pass "
+        f"(default: the recipe's min_endpoints, else {settings.MIN_ENDPOINTS})",
+    )
+    servers.add_argument(
         "--no-canary",
         action="store_true",
         help="skip the canary generation of the preflight (health, model and version are still checked)",
@@ -265,6 +273,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         request_timeout_s=args.request_timeout,
         give_up_after_s=args.give_up_after,
         wait_ready_s=args.wait_ready,
+        min_endpoints=args.min_endpoints,
         checkpoint_every=args.checkpoint_every,
         checkpoint_interval_s=args.checkpoint_interval,
         max_reasoning_tokens=args.max_reasoning_tokens,

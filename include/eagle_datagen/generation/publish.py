@@ -339,6 +339,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             "min_samples": options.thresholds.min_samples,
             "content_breaker": endpoints["policies"][-1] if endpoints["policies"] else None,
             "early_stops": len(endpoints["stops"]),
+            "endpoints_left_out": [{"url": x["url"], "reason": x["reason"]} for x in endpoints["left_out"]],
         },
     )
     write_manifest(root, manifest)

@@ -33,6 +33,7 @@ from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy, CheckpointWriter, load_checkpoints, should_checkpoint
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
+from eagle_datagen.generation.endpoint_check import preflight_run
 from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
 from eagle_datagen.generation.incremental import NothingToDo, claim_samples
 from eagle_datagen.generation.plan import (
@@ -53,7 +54,7 @@ from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, p
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
-from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls, preflight
+from eagle_datagen.inference.preflight import ServerInfo, check_endpoint_urls
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.inference.scheduler import generation_details, run_jobs
@@ -118,6 +119,7 @@ class RunOptions:
     claim: bool = True  # False for a dry run: a plan that is never generated holds no samples
     canary_max_new_tokens: int = 4096
     preflight_wait_s: float = settings.WAIT_READY_S
+    min_endpoints: int | None = None  # endpoints that must pass preflight; None: the recipe's, else 1
 
 
 @dataclass
@@ -473,13 +475,17 @@ def run_generation(options: RunOptions) -> RunSummary:
     model = options.model or setup.profile.model
     canary = canary_request(setup, options, existing)
     servers = asyncio.run(
-        preflight(
+        preflight_run(
             options.sglang_urls,
-            setup.profile,
+            setup,
             model,
             canary,
+            root=root,
+            run_id=run_id,
+            wanted_min=options.min_endpoints,
             allow_model_mismatch=options.allow_model_mismatch,
             wait_s=options.preflight_wait_s,
+            by="run",
         )
     )
     provenance = setup.loaded.provenance() | {"servers": [s.provenance() for s in servers]}

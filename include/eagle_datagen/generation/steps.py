@@ -22,6 +22,7 @@ from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
+from eagle_datagen.generation.endpoint_check import preflight_run
 from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import is_conversation_shard, load_plan
 from eagle_datagen.generation.publish import PublishOptions, ShardIncomplete, finalize_run, publish_shard
@@ -36,7 +37,7 @@ from eagle_datagen.generation.stage import (
     resolve_thresholds,
 )
 from eagle_datagen.inference.endpoints import BreakerPolicy
-from eagle_datagen.inference.preflight import ServerInfo, preflight
+from eagle_datagen.inference.preflight import ServerInfo
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.profile import load_profile
 from eagle_datagen.sources.collect import check_sources
@@ -102,6 +103,7 @@ class RunConfig:
     request_timeout_s: float = settings.REQUEST_TIMEOUT_S
     give_up_after_s: float = settings.GIVE_UP_AFTER_S
     wait_ready_s: float = settings.WAIT_READY_S
+    min_endpoints: int | None = None  # None: the recipe's, else settings.MIN_ENDPOINTS
     checkpoint_every: int = settings.CHECKPOINT_EVERY
     checkpoint_interval_s: float = settings.CHECKPOINT_INTERVAL_S
     max_reasoning_tokens: int | None = None
@@ -172,6 +174,7 @@ class RunConfig:
             claim_ttl_s=self.claim_ttl_s,
             claim=not self.dry_run,
             preflight_wait_s=self.wait_ready_s,
+            min_endpoints=self.min_endpoints,
             publish=PublishOptions(
                 limits=ValidationLimits(max_reasoning_tokens=self.max_reasoning_tokens),
                 draft_vocab_size=self.draft_vocab_size,
@@ -199,10 +202,24 @@ def preflight_step(config: RunConfig | dict[str, Any]) -> list[dict[str, Any]]:
     cfg = _config(config)
     options = cfg.options()
     setup = setup_tokenize(options.prompts)
-    if load_plan(open_output_root(cfg.output), cfg.run_id) is None:  # missing sources fail before the canary
+    root = open_output_root(cfg.output)
+    if load_plan(root, cfg.run_id) is None:  # missing sources fail before the canary
         check_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
     canary = canary_request(setup, options)
-    servers = asyncio.run(preflight(cfg.sglang_urls, setup.profile, cfg.model or setup.profile.model, canary))
+    servers = asyncio.run(
+        preflight_run(
+            cfg.sglang_urls,
+            setup,
+            cfg.model or setup.profile.model,
+            canary,
+            root=root,
+            run_id=cfg.run_id,
+            wanted_min=options.min_endpoints,
+            allow_model_mismatch=options.allow_model_mismatch,
+            wait_s=options.preflight_wait_s,
+            by="preflight",
+        )
+    )
     return [dataclasses.asdict(s) for s in servers]
 
 

@@ -7,10 +7,13 @@
    whether the server runs with `--enable-deterministic-inference`: without it SGLang ignores
    `sampling_seed`, so the run says once that its samples are not reproducible by seed;
 4. a canary generation ends in the EOS, carries `</think>` and no `<think>`, and counts its own tokens.
-A misconfigured server stops the run with one line that says what is wrong and how to fix it. A server that
-is only busy or flaky does not: transient failures (503, 429, 408, other 5xx, HTTP-200 aborts, dropped
-connections) are retried, and a canary that fails a content check is sent again with another seed, so one
-odd sample (which a run would simply quarantine) is not taken for a misconfiguration.
+Each endpoint is judged on its own (`judge_endpoints`): one that fails a check is left out of the run with a
+warning naming it and the reason, and the run goes on with the others; it stops, with one line naming every
+endpoint left out and why, only when fewer than `min_endpoints` pass, or at once when the failure is the
+run's own (`RunLevelError`: its sampling parameters, its chat template), which no other endpoint would pass
+either. A server that is only busy or flaky is not left out: transient failures (503, 429, 408, other 5xx,
+HTTP-200 aborts, dropped connections) are retried, and a canary that fails a content check is sent again with
+another seed, so one odd sample (which a run would simply quarantine) is not taken for a misconfiguration.
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ SAMPLING_SETTINGS = (
 SEED_NOT_REPRODUCIBLE = (
     "not reproducible: the server runs without --enable-deterministic-inference, so SGLang ignores sampling_seed"
 )
+
+
+class RunLevelError(ConfigError):
+    """A preflight failure that is the run's own, not the endpoint's: the run stops whatever the others say."""
 
 
 class _Transient(Exception):
@@ -219,7 +226,7 @@ def check_canary(url: str, answer: Any, profile: ModelProfile) -> list[str]:
             f"{profile.model}"
         )
     if profile.thinking == "prefilled" and think_start in ids:
-        raise ConfigError(
+        raise RunLevelError(
             f"SGLang at {url} generated {profile.think_start.text} although the prompt already ends in it: "
             f"is the chat template the {profile.model} one?"
         )
@@ -243,7 +250,7 @@ async def _canary_answer(session: aiohttp.ClientSession, url: str, body: dict[st
             message = error_message(raw)[:200]
             if failure_from_status(response.status, message).transient:
                 raise _Transient(f"{response.status}: {message}")
-            raise ConfigError(
+            raise RunLevelError(
                 f"SGLang at {url} answered {response.status} to the canary generation ({message}): check the "
                 "sampling parameters"
             )
@@ -326,6 +333,71 @@ async def preflight_endpoint(
     )
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """An endpoint that failed its preflight, and why (one line)."""
+
+    url: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"url": self.url, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class EndpointVerdicts:
+    servers: list[ServerInfo]  # the endpoints that passed, in the order given
+    left_out: list[LeftOut]
+
+
+async def judge_endpoints(
+    urls: list[str],
+    profile: ModelProfile,
+    expected_model: str,
+    canary_body: dict[str, Any] | None,
+    allow_model_mismatch: bool = False,
+    wait_s: float = settings.WAIT_READY_S,
+    canary_timeout_s: float = 600.0,
+    min_endpoints: int = settings.MIN_ENDPOINTS,
+) -> EndpointVerdicts:
+    """Preflight every endpoint; those that fail are left out with a warning. ConfigError (one line) when
+    fewer than `min_endpoints` pass, RunLevelError as soon as one endpoint fails in a way that is the run's."""
+    check_endpoint_urls(urls)
+    timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
+
+    async def judged(session: aiohttp.ClientSession, url: str) -> ServerInfo | LeftOut:
+        try:
+            return await preflight_endpoint(
+                session, url, profile, expected_model, canary_body, allow_model_mismatch, wait_s
+            )
+        except RunLevelError:
+            raise
+        except ConfigError as exc:
+            return LeftOut(url, str(exc))
+
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        verdicts = await asyncio.gather(*(judged(session, url) for url in urls))
+    servers = [v for v in verdicts if isinstance(v, ServerInfo)]
+    left_out = [v for v in verdicts if isinstance(v, LeftOut)]
+    if len(servers) < max(min_endpoints, 1):
+        if len(urls) == 1 and left_out:
+            raise ConfigError(left_out[0].reason)
+        reasons = "; ".join(f"{x.url}: {x.reason}" for x in left_out) or "none"
+        raise ConfigError(
+            f"{len(servers)} of {len(urls)} SGLang endpoints passed preflight, fewer than the {min_endpoints} "
+            f"required (--min-endpoints); left out: {reasons}"
+        )
+    for x in left_out:
+        log.warning(
+            "endpoint %s is left out of this run (%d of %d go on): %s", x.url, len(servers), len(urls), x.reason
+        )
+    weights = {i.weight_version for i in servers}
+    if len(weights) > 1:
+        raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
+    warn_seed_not_reproducible(servers)
+    return EndpointVerdicts(servers, left_out)
+
+
 async def preflight(
     urls: list[str],
     profile: ModelProfile,
@@ -335,20 +407,11 @@ async def preflight(
     wait_s: float = settings.WAIT_READY_S,
     canary_timeout_s: float = 600.0,
 ) -> list[ServerInfo]:
-    check_endpoint_urls(urls)
-    timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        infos = await asyncio.gather(
-            *(
-                preflight_endpoint(session, url, profile, expected_model, canary_body, allow_model_mismatch, wait_s)
-                for url in urls
-            )
-        )
-    weights = {i.weight_version for i in infos}
-    if len(weights) > 1:
-        raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
-    warn_seed_not_reproducible(infos)
-    return list(infos)
+    """Every endpoint must pass (`judge_endpoints` with all of them required)."""
+    verdicts = await judge_endpoints(
+        urls, profile, expected_model, canary_body, allow_model_mismatch, wait_s, canary_timeout_s, len(urls)
+    )
+    return verdicts.servers
 
 
 def warn_seed_not_reproducible(infos: list[ServerInfo]) -> None:

@@ -21,6 +21,7 @@ DRAFT_VOCAB_SIZE = 32000
 CLAIM_TTL_S = 3600.0
 REQUEST_TIMEOUT_S = 3600.0
 GIVE_UP_AFTER_S = 600.0
+LOST_AFTER_S = 120.0
 WAIT_READY_S = 30.0
 MIN_ENDPOINTS = 1
 CHECKPOINT_EVERY = 64
@@ -317,6 +318,15 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "an hour: a 32k-token reasoning sample can take many minutes",
         cli="--request-timeout",
         config="request_timeout_s",
+        only="a hand tuning for one deployment; Airflow keeps the default",
+    ),
+    Setting(
+        "lost_after",
+        LOST_AFTER_S,
+        "2 minutes of a server counting fewer requests than the run has there: polls 5 s apart agree by then, "
+        "and a lost request costs minutes, not the hour of the request timeout",
+        cli="--lost-after",
+        config="lost_after_s",
         only="a hand tuning for one deployment; Airflow keeps the default",
     ),
     Setting(

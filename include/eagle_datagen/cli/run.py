@@ -90,6 +90,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help=f"seconds one /generate request may take (default: {settings.REQUEST_TIMEOUT_S:g})",
     )
     servers.add_argument(
+        "--lost-after",
+        type=positive_float,
+        default=settings.LOST_AFTER_S,
+        metavar="S",
+        help="when a server counts fewer requests (its /v1/loads) than the run has there for S seconds, the "
+        "difference is lost: the oldest are sent again elsewhere, the first answer kept "
+        f"(default: {settings.LOST_AFTER_S:g})",
+    )
+    servers.add_argument(
         "--give-up-after",
         type=positive_float,
         default=settings.GIVE_UP_AFTER_S,
@@ -272,6 +281,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         top_k=args.top_k,
         request_timeout_s=args.request_timeout,
         give_up_after_s=args.give_up_after,
+        lost_after_s=args.lost_after,
         wait_ready_s=args.wait_ready,
         min_endpoints=args.min_endpoints,
         checkpoint_every=args.checkpoint_every,

@@ -106,7 +106,15 @@ def endpoint_report(root: OutputRoot, run_id: str) -> dict[str, Any]:
 
     def entry(url: str) -> dict[str, Any]:
         return endpoints.setdefault(
-            url, {"answers": 0, "valid": 0, "quarantined": Counter(), "server_faults": Counter(), "ejections": []}
+            url,
+            {
+                "answers": 0,
+                "valid": 0,
+                "quarantined": Counter(),
+                "server_faults": Counter(),
+                "ejections": [],
+                "liveness": Counter(),
+            },
         )
 
     evidence = []
@@ -119,10 +127,13 @@ def endpoint_report(root: OutputRoot, run_id: str) -> dict[str, Any]:
             e["quarantined"].update(counts["quarantined"])
             e["server_faults"].update(counts["server_faults"])
             evidence.extend({"endpoint": url} | item for item in counts.get("evidence", []))
+        for url, found in (tally.get("liveness") or {}).items():  # lost requests found, hedges (liveness.py)
+            entry(url)["liveness"].update({k: int(v) for k, v in found.items() if k != "watched"})
     for _, raw in _records(root, run_id, "ejection"):
         entry(raw["endpoint"])["ejections"].append(raw)
     for e in endpoints.values():
         e["quarantined"], e["server_faults"] = dict(e["quarantined"]), dict(e["server_faults"])
+        e["liveness"] = dict(e["liveness"])
     return {
         "endpoints": dict(sorted(endpoints.items())),
         "stops": [raw for _, raw in _records(root, run_id, "stop")],

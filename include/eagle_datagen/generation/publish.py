@@ -328,6 +328,8 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
                     "valid": e["valid"],
                     "quarantined": e["quarantined"],
                     "server_faults_retried": e["server_faults"],
+                    "lost_requests": e["liveness"].get("lost_detected", 0),
+                    "hedges": {k: e["liveness"].get(k, 0) for k in ("hedges_sent", "hedges_won", "aborted")},
                     "ejected": [{k: x[k] for k in ("reason", "kind", "answers", "by", "at")} for x in e["ejections"]],
                 }
                 for url, e in endpoints["endpoints"].items()

@@ -37,6 +37,7 @@ from eagle_datagen.generation.stage import (
     resolve_thresholds,
 )
 from eagle_datagen.inference.endpoints import BreakerPolicy
+from eagle_datagen.inference.liveness import LivenessPolicy
 from eagle_datagen.inference.preflight import ServerInfo
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.profile import load_profile
@@ -102,6 +103,7 @@ class RunConfig:
     top_k: int | None = None  # None: the recipe's, else off
     request_timeout_s: float = settings.REQUEST_TIMEOUT_S
     give_up_after_s: float = settings.GIVE_UP_AFTER_S
+    lost_after_s: float = settings.LOST_AFTER_S
     wait_ready_s: float = settings.WAIT_READY_S
     min_endpoints: int | None = None  # None: the recipe's, else settings.MIN_ENDPOINTS
     checkpoint_every: int = settings.CHECKPOINT_EVERY
@@ -167,6 +169,7 @@ class RunConfig:
             balance=self.balance,
             retry=RetryPolicy(max_attempts=self.max_attempts, request_timeout_s=self.request_timeout_s),
             breaker=BreakerPolicy(give_up_after_s=self.give_up_after_s),
+            liveness=LivenessPolicy(lost_after_s=self.lost_after_s),
             checkpoint=CheckpointPolicy(max_samples=self.checkpoint_every, max_age_s=self.checkpoint_interval_s),
             canary=self.canary,
             incremental=self.incremental,

@@ -39,11 +39,13 @@ def endpoint_table(report: dict[str, Any]) -> str:
         return '<p class="muted">No per-endpoint counts were recorded.</p>' + left_out
     head = (
         "<thead><tr><th>endpoint</th><th class='n'>answers</th><th class='n'>valid</th><th>quarantined</th>"
-        "<th>server faults (sent again, not stored)</th><th>ejected</th></tr></thead>"
+        "<th>server faults (sent again, not stored)</th><th>lost requests (found, hedged)</th><th>ejected</th>"
+        "</tr></thead>"
     )
     rows = [
         f"<tr><td>{_e(url)}</td><td class='n'>{e['answers']:,}</td><td class='n'>{e['valid']:,}</td>"
         f"<td>{_counts(e['quarantined'])}</td><td>{_counts(e['server_faults'])}</td>"
+        f"<td>{_counts({k: v for k, v in (e.get('liveness') or {}).items() if v})}</td>"
         f"<td>{_ejections(e['ejections'])}</td></tr>"
         for url, e in endpoints.items()
     ]

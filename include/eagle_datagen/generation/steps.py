@@ -239,7 +239,8 @@ def plan_step(config: RunConfig | dict[str, Any], servers: list[dict[str, Any]])
         plan = prepare_plan(setup, root, cfg.run_id, options, provenance, infos[0].weight_version)
     except NothingToDo as done:
         log.info("%s", done)
-        return {"run_id": cfg.run_id, "shards": [], "samples": 0}
+        # claimed_by: runs in flight that hold samples of this one (the orchestrator must not end green on them)
+        return {"run_id": cfg.run_id, "shards": [], "samples": 0, "reason": str(done)} | done.to_json()
     return {
         "run_id": plan.run_id,
         "shards": [s.index for s in plan.shards],

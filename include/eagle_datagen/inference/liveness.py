@@ -51,6 +51,18 @@ class Watched:
     lost: asyncio.Event = field(default_factory=asyncio.Event)  # set: flagged as lost
 
 
+# queues a request may sit in besides running and waiting (SGLang 0.5.23's `queues` section): counting them
+# can only hide a loss, never invent one
+_OTHER_QUEUES = ("grammar", "paused", "retracted")
+
+
+def _counted(load: dict[str, Any]) -> int:
+    """Requests one data-parallel rank of the server holds, as its /v1/loads entry says."""
+    queues = load.get("queues") or {}
+    others = sum(int(queues.get(q, 0)) for q in _OTHER_QUEUES)
+    return int(load["num_running_reqs"]) + int(load["num_waiting_reqs"]) + others
+
+
 class LivenessMonitor:
     def __init__(self, policy: LivenessPolicy, urls: list[str]) -> None:
         self.policy = policy
@@ -127,7 +139,7 @@ class LivenessMonitor:
                 if response.status != 200:
                     return None
                 body = await response.json(content_type=None)
-            return sum(int(x["num_running_reqs"]) + int(x["num_waiting_reqs"]) for x in body["loads"])
+            return sum(_counted(load) for load in body["loads"])
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
             return None  # a busy or restarting server: asked again at the next poll
 

@@ -78,7 +78,7 @@ compose:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
 
 test: venv sglang speculators-env lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
-	EAGLE_DATAGEN_REQUIRE_ENGINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	EAGLE_DATAGEN_REQUIRE_ENGINE=1 EAGLE_DATAGEN_EXIT_RUNS=50 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## skip the slow integration tests
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -21,7 +21,9 @@ DRAFT_VOCAB_SIZE = 32000
 CLAIM_TTL_S = 3600.0
 REQUEST_TIMEOUT_S = 3600.0
 GIVE_UP_AFTER_S = 600.0
+LOST_AFTER_S = 120.0
 WAIT_READY_S = 30.0
+MIN_ENDPOINTS = 1
 CHECKPOINT_EVERY = 64
 CHECKPOINT_INTERVAL_S = 2.0
 MAX_RECORD_BYTES = 1_000_000
@@ -320,6 +322,15 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         only="a hand tuning for one deployment; Airflow keeps the default",
     ),
     Setting(
+        "lost_after",
+        LOST_AFTER_S,
+        "2 minutes of a server counting fewer requests than the run has there: polls 5 s apart agree by then, "
+        "and a lost request costs minutes, not the hour of the request timeout",
+        cli="--lost-after",
+        config="lost_after_s",
+        only="a hand tuning for one deployment; Airflow keeps the default",
+    ),
+    Setting(
         "give_up_after",
         GIVE_UP_AFTER_S,
         "10 minutes of every endpoint failing is an outage, not a blip",
@@ -334,6 +345,15 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         cli="--wait-ready",
         config="wait_ready_s",
         only="Airflow keeps the default: the preflight task retries",
+    ),
+    Setting(
+        "min_endpoints",
+        MIN_ENDPOINTS,
+        "one healthy replica can do the work: a broken one is left out with a warning, not a failed night",
+        cli="--min-endpoints",
+        recipe="min_endpoints",
+        form="min_endpoints",
+        config="min_endpoints",
     ),
     Setting(
         "canary",

@@ -119,6 +119,16 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
             section=RUN,
         ),
         "max_rates": max_rates_param(recipe),
+        "min_endpoints": Param(
+            recipe.min_endpoints or settings.MIN_ENDPOINTS,
+            type="integer",
+            minimum=1,
+            title="Minimum endpoints",
+            description="SGLang endpoints that must pass preflight; one that fails is left out of the run with a "
+            "warning, and the run fails only when fewer than this pass. Default: the recipe's min_endpoints, "
+            "else 1.",
+            section=DEPLOYMENT,
+        ),
         "dry_run": Param(
             settings.default_of("dry_run"),
             type="boolean",

@@ -184,3 +184,21 @@ def test_a_dry_run_claims_nothing(tmp_path):
     assert len(plan_run(options(tmp_path, output, "dry", claim=False))) == 12
     assert LocalOutputRoot(output).list("claims/") == []
     assert len(plan_run(options(tmp_path, output, "real"))) == 12
+
+
+def test_a_run_finding_its_samples_claimed_names_the_run_its_last_life_and_the_expiry(tmp_path):
+    """Not "every sample is already published": which run holds them, when it last showed life, when its
+    claim expires (the Airflow plan task logs this as a warning)."""
+    output = str(tmp_path / "out")
+    first = plan_run(options(tmp_path, output, "first"))
+    assert first
+    opts = options(tmp_path, output, "second")
+    setup = setup_tokenize(opts.prompts)
+    with pytest.raises(NothingToDo) as info:
+        prepare_plan(setup, open_output_root(output), "second", opts, {"servers": [{"weight_version": "w1"}]}, "w1")
+    message = str(info.value)
+    assert f"{len(first)} of its {len(first)} samples are not published" in message
+    assert "run first holds" in message and "last active" in message and "its claim expires" in message
+    assert info.value.published == 0 and set(info.value.holders) == {"first"}
+    held = info.value.holders["first"]
+    assert held["samples"] == len(first) and held["expires"] - held["last_active"] == opts.claim_ttl_s

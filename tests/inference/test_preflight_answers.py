@@ -131,3 +131,18 @@ def test_preflight_reads_deterministic_inference_from_serve_sim(kimi_profile, ca
     else:
         [line] = lines  # once for the run, naming both endpoints
         assert one.url in line and two.url in line
+
+
+def test_a_watermarking_server_is_refused_in_one_line_and_sampling_settings_are_recorded(kimi_profile):
+    from eagle_datagen.standin.sglang.config import SimConfig
+    from eagle_datagen.standin.sglang.runner import SimServerThread
+
+    with SimServerThread(SimConfig(enable_watermark=True).with_profile("instant")) as marked:
+        with pytest.raises(ConfigError, match="runs with --enable-watermark: its samples are not the model's") as info:
+            asyncio.run(preflight([marked.url], kimi_profile, kimi_profile.model, None, wait_s=5))
+    assert "\n" not in str(info.value) and marked.url in str(info.value)
+    with SimServerThread(SimConfig().with_profile("instant")) as plain:
+        [server] = asyncio.run(preflight([plain.url], kimi_profile, kimi_profile.model, None, wait_s=5))
+    recorded = server.provenance()["sampling_settings"]
+    assert recorded["enable_watermark"] is False and recorded["sampling_backend"] == "flashinfer"
+    assert "watermark_config" not in recorded  # its value is the server's secret (SGLang redacts it)

@@ -697,3 +697,34 @@ def test_thread_runner_reports_a_busy_port():
         busy.listen()
         with pytest.raises(OSError):
             SimServerThread(SimConfig(), port=busy.getsockname()[1]).start()
+
+
+def test_lose_and_watermark_flags_build_the_config():
+    config = config_from_args(_parse("--fault-lose", "0.02", "--lose-after", "50", "--enable-watermark"))
+    assert config.faults.lose == 0.02 and config.lose_after == 50 and config.enable_watermark is True
+
+
+def test_a_lost_request_is_never_answered_health_stays_200_and_loads_do_not_count_it():
+    import json
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eagle_datagen.standin.sglang.runner import SimServerThread
+
+    with SimServerThread(SimConfig(faults={"lose": 1.0}).with_profile("instant")) as sim:
+        body = json.dumps({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8}, "rid": "x"}).encode()
+        post = urllib.request.Request(sim.url + "/generate", data=body, headers={"Content-Type": "application/json"})
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(urllib.request.urlopen, post, timeout=1.5)
+            time.sleep(0.5)
+            with urllib.request.urlopen(sim.url + "/health", timeout=5) as health:
+                assert health.status == 200
+            with urllib.request.urlopen(sim.url + "/v1/loads", timeout=5) as loads:
+                [load] = json.loads(loads.read())["loads"]
+            assert load["num_running_reqs"] + load["num_waiting_reqs"] == 0
+            with pytest.raises(TimeoutError):
+                waiting.result()
+        abort = urllib.request.Request(sim.url + "/abort_request", data=b'{"rid": "x"}', method="POST")
+        with urllib.request.urlopen(abort, timeout=5) as answer:
+            assert answer.status == 200
+        assert sim.stats()["faults"]["lose"] == 1

@@ -89,6 +89,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help=f"seconds one /generate request may take (default: {settings.REQUEST_TIMEOUT_S:g})",
     )
     servers.add_argument(
+        "--lost-after",
+        type=positive_float,
+        default=settings.LOST_AFTER_S,
+        metavar="S",
+        help="when a server counts fewer requests (its /v1/loads) than the run has there for S seconds, the "
+        "difference is lost: the oldest are sent again elsewhere, the first answer kept "
+        f"(default: {settings.LOST_AFTER_S:g})",
+    )
+    servers.add_argument(
         "--give-up-after",
         type=positive_float,
         default=settings.GIVE_UP_AFTER_S,
@@ -102,6 +111,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=settings.WAIT_READY_S,
         metavar="S",
         help=f"how long the preflight waits for a server that is still starting (default: {settings.WAIT_READY_S:g})",
+    )
+    servers.add_argument(
+        "--min-endpoints",
+        type=positive_int,
+        metavar="N",
+        help="endpoints that must pass preflight; one that fails (unreachable, wrong model, a reasoning parser, "
+        "the echo bug, watermarking) is left out with a warning, and the run stops only when fewer than N pass "
+        f"(default: the recipe's min_endpoints, else {settings.MIN_ENDPOINTS})",
     )
     servers.add_argument(
         "--no-canary",

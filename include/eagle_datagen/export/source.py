@@ -20,7 +20,7 @@ from eagle_datagen.stats.draft_vocab import DraftVocab
 from eagle_datagen.storage.manifest import manifest_key, read_manifest
 from eagle_datagen.storage.objects import sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot
-from eagle_datagen.storage.parquet import SAMPLE_SCHEMA
+from eagle_datagen.storage.parquet import SAMPLE_SCHEMA, arrow_owned
 from eagle_datagen.storage.releases import read_release, release_key
 
 
@@ -70,7 +70,7 @@ class ExportSource:
             exported = entry.category in self.categories
             names = wanted if exported else ["sample_id"]
             schema = pa.schema([SAMPLE_SCHEMA.field(name) for name in names])
-            parquet = pq.ParquetFile(pa.BufferReader(self.read_checked(entry)))
+            parquet = pq.ParquetFile(pa.BufferReader(arrow_owned(self.read_checked(entry))))
             for group in range(parquet.metadata.num_row_groups):
                 table = parquet.read_row_group(group, columns=names).cast(schema)
                 if self.kind == "release":  # the release kept the first row of each sample id, in its order

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from eagle_datagen import settings
 from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.storage.parquet import read_parquet_bytes
 
 log = logging.getLogger(__name__)
 CLAIM_METADATA = b"eagle_datagen.claim"
@@ -67,7 +68,7 @@ def withdraw_claim(root: OutputRoot, run_id: str) -> None:
 
 
 def read_claim(root: OutputRoot, run_id: str) -> Claim:
-    table = pq.read_table(io.BytesIO(root.read_bytes(claim_key(run_id))))
+    table = read_parquet_bytes(root.read_bytes(claim_key(run_id)))
     meta = json.loads(table.schema.metadata[CLAIM_METADATA])
     return Claim(meta["run_id"], meta["model"], meta["weight_version"], meta["categories"], table.column(0).to_pylist())
 
@@ -86,6 +87,10 @@ def _active_since(root: OutputRoot, prefixes: Iterator[str], horizon: float) -> 
     return any(t >= horizon for prefix in prefixes for t in root.list_modified(prefix).values())
 
 
+def _last_active(root: OutputRoot, prefixes: Iterator[str], claimed_at: float) -> float:
+    return max([claimed_at, *(t for prefix in prefixes for t in root.list_modified(prefix).values())])
+
+
 def claimed_sample_ids(
     root: OutputRoot,
     now: float,
@@ -94,9 +99,12 @@ def claimed_sample_ids(
     weight_version: str | None,
     published: Container[str],
     own_run_id: str,
+    holders: dict[str, dict[str, float | int]] | None = None,
 ) -> set[str]:
     """The sample ids that runs in flight at `now` (the store's time) have claimed: claims of `model` (and
-    `weight_version`, when given) whose run is not in `published` and was active within `ttl_s`."""
+    `weight_version`, when given) whose run is not in `published` and was active within `ttl_s`. `holders`,
+    when given, gets each such run's claimed samples, last sign of life and when its claim expires (store
+    times), for a message that says which run holds what and until when."""
     horizon = now - ttl_s
     found: set[str] = set()
     runs = 0
@@ -117,5 +125,8 @@ def claimed_sample_ids(
             continue
         runs += 1
         found.update(claim.sample_ids)
+        if holders is not None:
+            last = _last_active(root, _activity_prefixes(run_id, claim.categories), claimed_at)
+            holders[run_id] = {"samples": len(claim.sample_ids), "last_active": last, "expires": last + ttl_s}
     log.info("claims: %d samples planned by %d run(s) in flight", len(found), runs)
     return found

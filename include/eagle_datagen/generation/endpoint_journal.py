@@ -5,6 +5,8 @@
   task of the same run (on any worker) leaves it out from its start, and the run's report lists it;
 - `stop-<stamp>.json`, written when the run stopped early (every endpoint out, or a setup signature): the
   user fixes the deployment and reruns, so the ejections before the newest stop no longer hold;
+- `leftout-<stamp>.json`, written by a preflight that left endpoints out of the run (they failed a check),
+  each with the reason;
 - `tally-<stamp>.json`, one per invocation (a command-line run, a shard task), rewritten as it goes and at
   its end: answers per endpoint, quarantined and retried reasons, and the server-fault answers kept as
   evidence (the bad answers that never became rows).
@@ -71,6 +73,21 @@ class EndpointJournal:
         self._write(self.tally_key, tally)
 
 
+def record_left_out(root: OutputRoot, run_id: str, left_out: list[dict[str, str]], by: str) -> None:
+    """Endpoints a preflight left out of the run ({url, reason} each)."""
+    record = {"by": by, "at": time.time(), "endpoints": left_out}
+    root.write_bytes(endpoints_prefix(run_id) + f"leftout-{_stamp()}.json", json.dumps(record, indent=1).encode())
+
+
+def left_out_endpoints(root: OutputRoot, run_id: str) -> list[dict[str, Any]]:
+    """Every endpoint a preflight of the run left out, once per (url, reason), with when it was last so."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for _, raw in _records(root, run_id, "leftout"):
+        for item in raw.get("endpoints", []):
+            found[(item["url"], item["reason"])] = item | {"by": raw.get("by"), "at": raw.get("at")}
+    return list(found.values())
+
+
 def live_ejections(root: OutputRoot, run_id: str) -> list[tuple[str, Ejection]]:
     """(record key, ejection) of the run's ejections since its newest stop: endpoints that stay out."""
     stops = _records(root, run_id, "stop")
@@ -89,7 +106,15 @@ def endpoint_report(root: OutputRoot, run_id: str) -> dict[str, Any]:
 
     def entry(url: str) -> dict[str, Any]:
         return endpoints.setdefault(
-            url, {"answers": 0, "valid": 0, "quarantined": Counter(), "server_faults": Counter(), "ejections": []}
+            url,
+            {
+                "answers": 0,
+                "valid": 0,
+                "quarantined": Counter(),
+                "server_faults": Counter(),
+                "ejections": [],
+                "liveness": Counter(),
+            },
         )
 
     evidence = []
@@ -102,13 +127,17 @@ def endpoint_report(root: OutputRoot, run_id: str) -> dict[str, Any]:
             e["quarantined"].update(counts["quarantined"])
             e["server_faults"].update(counts["server_faults"])
             evidence.extend({"endpoint": url} | item for item in counts.get("evidence", []))
+        for url, found in (tally.get("liveness") or {}).items():  # lost requests found, hedges (liveness.py)
+            entry(url)["liveness"].update({k: int(v) for k, v in found.items() if k != "watched"})
     for _, raw in _records(root, run_id, "ejection"):
         entry(raw["endpoint"])["ejections"].append(raw)
     for e in endpoints.values():
         e["quarantined"], e["server_faults"] = dict(e["quarantined"]), dict(e["server_faults"])
+        e["liveness"] = dict(e["liveness"])
     return {
         "endpoints": dict(sorted(endpoints.items())),
         "stops": [raw for _, raw in _records(root, run_id, "stop")],
+        "left_out": left_out_endpoints(root, run_id),
         "invocations": len(tallies),
         "policies": [tally.get("policy") for _, tally in tallies if tally.get("policy")],
         "evidence": evidence,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from eagle_datagen.errors import DataGenError
@@ -28,7 +29,29 @@ log = logging.getLogger(__name__)
 
 
 class NothingToDo(DataGenError):
-    """An incremental run found every sample already generated: a success with nothing to publish."""
+    """An incremental run found no sample of its own to generate: every one is published, or claimed by a
+    run in flight (`holders`: run id -> samples, last_active, expires, store times). Only the first is a
+    success with nothing to publish; the second means another run must still publish them."""
+
+    def __init__(self, message: str, published: int = 0, holders: dict[str, dict[str, Any]] | None = None):
+        super().__init__(message)
+        self.published = published
+        self.holders = dict(holders or {})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"published": self.published, "claimed_by": self.holders}
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
+def describe_holders(holders: dict[str, dict[str, Any]]) -> str:
+    return "; ".join(
+        f"run {run} holds {h['samples']} (last active {_when(h['last_active'])}, its claim expires "
+        f"{_when(h['expires'])} unless it shows life)"
+        for run, h in sorted(holders.items())
+    )
 
 
 def planned_sample_ids(planned: list[PlannedKey], settings: dict[str, CategorySettings], model: str) -> list[list[str]]:
@@ -123,7 +146,10 @@ def claim_samples(
         if tokenizer is not None:  # its samples are recognised by prompt, not ids: one tokenizer per root
             for published, provenance in sorted(catalog.provenance.items()):
                 check_same_tokenizer(published, provenance, tokenizer, "published run")
-        in_flight = claimed_sample_ids(root, lock.acquired_at, claim_ttl_s, model, wanted, catalog.runs, run_id)
+        holders: dict[str, dict[str, Any]] = {}
+        in_flight = claimed_sample_ids(
+            root, lock.acquired_at, claim_ttl_s, model, wanted, catalog.runs, run_id, holders
+        )
         kept, kept_ids = keep_new(planned, ids, catalog.sample_ids | in_flight)
         every = {sid for row in ids for sid in row}
         published = every & catalog.sample_ids
@@ -135,9 +161,15 @@ def claim_samples(
             len(kept_ids),
         )
         if not kept:
+            held = (every & in_flight) - published
+            if not held:
+                message = f"run {run_id}: all {len(every)} samples are already published under this output root"
+                raise NothingToDo(message, len(published))
             raise NothingToDo(
-                f"run {run_id}: every sample is already published, or planned by a run in flight, under this "
-                "output root"
+                f"run {run_id}: nothing to generate, but {len(held)} of its {len(every)} samples are not published: "
+                f"runs in flight claim them ({describe_holders(holders)}); {len(published)} are published",
+                len(published),
+                holders,
             )
         lock.verify()
         write(kept_ids)

@@ -21,6 +21,7 @@ from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.plan_order import extensions_together
 from eagle_datagen.inference.samples import SampleRequest
 from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.storage.parquet import read_parquet_bytes
 from eagle_datagen.tokenization.tokenize import TokenizedPrompt
 
 PLAN_SCHEMA = pa.schema(
@@ -162,7 +163,7 @@ def _conversation_json(prompt: TokenizedPrompt) -> str:
 
 def read_shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, Any]]:
     """The shard's planned prompts as rows (prompt order)."""
-    return pq.read_table(io.BytesIO(root.read_bytes(shard_key(plan.run_id, index)))).to_pylist()
+    return read_parquet_bytes(root.read_bytes(shard_key(plan.run_id, index))).to_pylist()
 
 
 def load_plan(root: OutputRoot, run_id: str) -> RunPlan | None:

@@ -336,6 +336,8 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
                     "valid": e["valid"],
                     "quarantined": e["quarantined"],
                     "server_faults_retried": e["server_faults"],
+                    "lost_requests": e["liveness"].get("lost_detected", 0),
+                    "hedges": {k: e["liveness"].get(k, 0) for k in ("hedges_sent", "hedges_won", "aborted")},
                     "ejected": [{k: x[k] for k in ("reason", "kind", "answers", "by", "at")} for x in e["ejections"]],
                 }
                 for url, e in endpoints["endpoints"].items()
@@ -347,6 +349,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             "min_samples": options.thresholds.min_samples,
             "content_breaker": endpoints["policies"][-1] if endpoints["policies"] else None,
             "early_stops": len(endpoints["stops"]),
+            "endpoints_left_out": [{"url": x["url"], "reason": x["reason"]} for x in endpoints["left_out"]],
         },
     )
     write_manifest(root, manifest)

@@ -14,12 +14,10 @@ Written under the output root: `releases/release=<id>.draft_vocab.safetensors`, 
 
 from __future__ import annotations
 
-import io
 import json
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.profile import load_profile
@@ -28,6 +26,7 @@ from eagle_datagen.stats.statistics import TokenCounter
 from eagle_datagen.storage.manifest import list_manifests, manifest_key
 from eagle_datagen.storage.objects import put_once, sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.storage.parquet import read_parquet_bytes
 from eagle_datagen.storage.releases import release_key
 
 
@@ -72,7 +71,7 @@ def assemble_release(
                     raise DataGenError(
                         f"{root.location(entry['key'])} differs from run {manifest['run_id']}'s manifest"
                     )
-                table = pq.read_table(io.BytesIO(data), columns=["sample_id", "output_ids"])
+                table = read_parquet_bytes(data, columns=["sample_id", "output_ids"])
                 ids = table.column("sample_id").to_pylist()
                 keep = [sample_id not in seen for sample_id in ids]
                 seen.update(ids)

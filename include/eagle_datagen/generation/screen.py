@@ -27,6 +27,11 @@ from eagle_datagen.validation.screening import SERVER_FAULT_REASONS, Verdict, ju
 log = logging.getLogger(__name__)
 
 
+# Requests one endpoint lost in a row (accepted, never answered: inference/liveness.py), no valid answer from
+# it in between, that take it out for the run: one lost request is an accident, three are a broken replica.
+LOST_TO_EJECT = 3
+LOST_REASON = "lost_requests"
+LOST_FIX = "a request lost inside the server (a stuck scheduler or worker): restart the replica"
 EARLY_Z = 3.0  # standard errors: a model behaviour at 40% against a 50% threshold stops 2 runs in 10,000
 
 
@@ -62,6 +67,7 @@ class AnswerScreen:
         self.breaker = ContentBreaker(urls, policy, thresholds.rates(), SERVER_FAULT_REASONS, by=by)
         self.rows: Counter[str] = Counter()  # this invocation's stored results by reason ("valid" included)
         self.stopped: str | None = None
+        self._lost_in_a_row: Counter[str] = Counter()
 
     # --- answers ---------------------------------------------------------------------------------------------
 
@@ -83,10 +89,25 @@ class AnswerScreen:
                 "prompt_tokens": meta_info.get("prompt_tokens"),
                 "prompt_ids": len(request.prompt_ids),
             }
+        if verdict.reason is None:
+            self._lost_in_a_row.pop(endpoint, None)
         ejection = self.breaker.record(endpoint, verdict.reason, evidence)
         if ejection is not None:
             self._ejected(ejection)
         return verdict
+
+    def request_lost(self, endpoint: str) -> None:
+        """The liveness monitor found a request of `endpoint` lost; LOST_TO_EJECT in a row take it out."""
+        tally = self.breaker.tallies.get(endpoint)
+        if tally is None or tally.ejection is not None:
+            return
+        self._lost_in_a_row[endpoint] += 1
+        lost = self._lost_in_a_row[endpoint]
+        if lost < LOST_TO_EJECT:
+            return
+        evidence = f"{lost} requests in a row accepted and never answered, no longer counted in its /v1/loads"
+        tally.ejection = Ejection(endpoint, LOST_REASON, "server_fault", evidence, tally.answers, by=self.breaker.by)
+        self._ejected(tally.ejection)
 
     def learn(self, key: str, ejection: Ejection) -> None:
         """An ejection recorded earlier in this run (another shard task or invocation): stays out here."""
@@ -103,7 +124,7 @@ class AnswerScreen:
         )
 
     def _ejected(self, ejection: Ejection) -> None:
-        what, fix = explain(ejection.reason, self.profile)
+        fix = _fix(ejection, self.profile)
         log.warning(
             "endpoint %s taken out of rotation for the rest of run %s: %s %s; likely cause: %s",
             ejection.endpoint,
@@ -121,7 +142,7 @@ class AnswerScreen:
             return
         by_fix: dict[str, list[str]] = {}  # endpoints with the same likely cause share its line
         for e in self.breaker.ejections():
-            by_fix.setdefault(explain(e.reason, self.profile)[1], []).append(e.describe())
+            by_fix.setdefault(_fix(e, self.profile), []).append(e.describe())
         parts = [f"{'; '.join(described)}: {fix}" for fix, described in by_fix.items()]
         self.stop(f"every endpoint was taken out: {'; '.join(parts)}", [e.endpoint for e in self.breaker.ejections()])
 
@@ -187,3 +208,8 @@ class AnswerScreen:
             }
             for url, t in self.breaker.tallies.items()
         }
+
+
+def _fix(ejection: Ejection, profile: ModelProfile) -> str:
+    """The likely cause of an ejection, and its fix."""
+    return LOST_FIX if ejection.reason == LOST_REASON else explain(ejection.reason, profile)[1]

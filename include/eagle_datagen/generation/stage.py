@@ -58,6 +58,7 @@ from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, p
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
 from eagle_datagen.inference.endpoints import BreakerPolicy, Endpoint, EndpointPool
+from eagle_datagen.inference.liveness import LivenessPolicy
 from eagle_datagen.inference.preflight import ServerInfo
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
@@ -109,6 +110,7 @@ class RunOptions:
     balance: str = settings.BALANCE  # or "least-outstanding" (BALANCE_POLICIES); matters with several URLs
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    liveness: LivenessPolicy = field(default_factory=LivenessPolicy)  # lost requests found and hedged
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     publish: PublishOptions = field(default_factory=PublishOptions)
     # The user's highest acceptable share per reject reason (`--max-rate REASON=RATE`), over the recipe's
@@ -124,6 +126,7 @@ class RunOptions:
     canary_max_new_tokens: int = 4096
     preflight_wait_s: float = settings.WAIT_READY_S
     front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
+    min_endpoints: int | None = None  # endpoints that must pass preflight; None: the recipe's, else 1
 
 
 @dataclass
@@ -367,11 +370,15 @@ async def generate_pending(
         await checkpoints.add_row(shard, row)
         tally.count(row)
 
+    opened: list[GenerateClient] = []
     try:
         async with (
-            GenerateClient(pool, options.retry, screen=screen, vocab_size=vocab_size) as client,
+            GenerateClient(
+                pool, options.retry, screen=screen, vocab_size=vocab_size, liveness=options.liveness
+            ) as client,
             CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
         ):
+            opened.append(client)
             progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
             if to_do:
                 screen.raise_if_all_out()  # every endpoint was ejected earlier in the run
@@ -407,8 +414,9 @@ async def generate_pending(
             await run_jobs(jobs, pool.workers)
             progress.finish()
     finally:
-        if screen.answered or screen.stopped:
-            await asyncio.to_thread(journal.record_tally, screen.tally())
+        liveness = opened[0].liveness.summary() if opened and opened[0].liveness is not None else {}
+        if screen.answered or screen.stopped or liveness:
+            await asyncio.to_thread(journal.record_tally, screen.tally() | {"liveness": liveness})
     log.info("endpoints: %s", pool.describe())
     if pool.affinity is not None:
         a = pool.affinity

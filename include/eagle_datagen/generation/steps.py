@@ -28,6 +28,7 @@ from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
+from eagle_datagen.generation.endpoint_check import preflight_run
 from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import RunPlan, check_plan_matches, is_conversation_shard, load_plan
 from eagle_datagen.generation.publish import (
@@ -54,7 +55,8 @@ from eagle_datagen.generation.stage import (
     resolve_thresholds,
 )
 from eagle_datagen.inference.endpoints import BreakerPolicy
-from eagle_datagen.inference.preflight import ServerInfo, preflight
+from eagle_datagen.inference.liveness import LivenessPolicy
+from eagle_datagen.inference.preflight import ServerInfo
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.tokenizer_agreement import agreement_check
 from eagle_datagen.profile import load_profile
@@ -121,7 +123,9 @@ class RunConfig:
     top_k: int | None = None  # None: the recipe's, else off
     request_timeout_s: float = settings.REQUEST_TIMEOUT_S
     give_up_after_s: float = settings.GIVE_UP_AFTER_S
+    lost_after_s: float = settings.LOST_AFTER_S
     wait_ready_s: float = settings.WAIT_READY_S
+    min_endpoints: int | None = None  # None: the recipe's, else settings.MIN_ENDPOINTS
     checkpoint_every: int = settings.CHECKPOINT_EVERY
     checkpoint_interval_s: float = settings.CHECKPOINT_INTERVAL_S
     max_reasoning_tokens: int | None = None
@@ -186,6 +190,7 @@ class RunConfig:
             balance=self.balance,
             retry=RetryPolicy(max_attempts=self.max_attempts, request_timeout_s=self.request_timeout_s),
             breaker=BreakerPolicy(give_up_after_s=self.give_up_after_s),
+            liveness=LivenessPolicy(lost_after_s=self.lost_after_s),
             checkpoint=CheckpointPolicy(max_samples=self.checkpoint_every, max_age_s=self.checkpoint_interval_s),
             canary=self.canary,
             incremental=self.incremental,
@@ -194,6 +199,7 @@ class RunConfig:
             claim=not self.dry_run,
             preflight_wait_s=self.wait_ready_s,
             front_end=self.front_end,
+            min_endpoints=self.min_endpoints,
             publish=PublishOptions(
                 limits=ValidationLimits(max_reasoning_tokens=self.max_reasoning_tokens),
                 draft_vocab_size=self.draft_vocab_size,
@@ -279,13 +285,17 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
     if existing is None:  # missing sources fail before the canary; a rerun works from its plan, needs none
         setup.resolved_sources = resolve_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
     servers = asyncio.run(
-        preflight(
+        preflight_run(
             options.sglang_urls,
-            setup.profile,
+            setup,
             options.model or setup.profile.model,
             canary_request(setup, ctx.options, existing),
+            root=ctx.root(),
+            run_id=ctx.run_id,
+            wanted_min=options.min_endpoints,
             allow_model_mismatch=options.allow_model_mismatch,
             wait_s=options.preflight_wait_s,
+            by="run" if isinstance(config, RunContext) else "preflight",
             agreement=agreement_check(setup.loaded.tokenizer),
         )
     )
@@ -305,7 +315,9 @@ def plan_step(config: RunConfig | dict[str, Any] | RunContext, servers: list[dic
         plan = prepare_plan(setup, ctx.root(), ctx.run_id, ctx.options, provenance, infos[0].weight_version, existing)
     except NothingToDo as done:
         log.info("%s", done)
-        return {"run_id": ctx.run_id, "shards": [], "samples": 0, "categories": []}
+        # claimed_by: runs in flight that hold samples of this one (the orchestrator must not end green on them)
+        nothing = {"run_id": ctx.run_id, "shards": [], "samples": 0, "categories": [], "reason": str(done)}
+        return nothing | done.to_json()
     if existing is not None:
         sampling = category_settings(list(plan.categories), setup.recipe, setup.profile.sampling, ctx.options.sampling)
         model = ctx.options.model or setup.profile.model

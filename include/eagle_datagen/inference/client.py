@@ -23,6 +23,7 @@ import aiohttp
 
 from eagle_datagen.inference.endpoints import Endpoint, EndpointPool, NoEndpointAvailable
 from eagle_datagen.inference.error_body import error_message
+from eagle_datagen.inference.liveness import LivenessMonitor, LivenessPolicy, Watched
 from eagle_datagen.inference.retry import Failure, RetryPolicy, failure_from_status
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 
@@ -77,6 +78,8 @@ class AnswerScreen(Protocol):
         self, endpoint: str, request: SampleRequest, output_ids: list[int], meta_info: dict[str, Any]
     ) -> Judgement: ...
 
+    def request_lost(self, endpoint: str) -> None: ...
+
 
 class GenerateClient:
     def __init__(
@@ -86,8 +89,11 @@ class GenerateClient:
         seed: int = 0,
         screen: AnswerScreen | None = None,
         vocab_size: int | None = None,
+        liveness: LivenessPolicy | None = None,
     ) -> None:
         self.pool = pool
+        self.liveness_policy = liveness or LivenessPolicy(enabled=False)
+        self.liveness: LivenessMonitor | None = None
         self.policy = policy or RetryPolicy()
         self.screen = screen
         self.vocab_size = vocab_size  # set: requests with ids at or above it are never sent
@@ -102,9 +108,14 @@ class GenerateClient:
             self._sessions[endpoint.url] = aiohttp.ClientSession(
                 base_url=endpoint.url.rstrip("/") + "/", connector=connector, timeout=timeout
             )
+        if self.liveness_policy.enabled:
+            self.liveness = LivenessMonitor(self.liveness_policy, [e.url for e in self.pool.endpoints])
+            self.liveness.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self.liveness is not None:
+            await self.liveness.stop()
         await asyncio.gather(*(s.close() for s in self._sessions.values()))
         self._sessions.clear()
 
@@ -128,6 +139,57 @@ class GenerateClient:
         except ValueError:
             return Failure("bad_response", "the response is not valid JSON", transient=True)
 
+    def _lost(self, endpoint: Endpoint) -> None:
+        self.stats.failures["lost"] += 1
+        if self.screen is not None:
+            self.screen.request_lost(endpoint.url)  # may raise RunStopped: every endpoint is out
+
+    async def _watched_attempt(
+        self, endpoint: Endpoint, request: SampleRequest, attempt: int
+    ) -> tuple[tuple[list[int], dict[str, Any]] | Failure, Endpoint]:
+        """One attempt, watched by the liveness monitor (liveness.py). When its server loses it, its slot is
+        given back at once (as a failure of that endpoint: the server no longer works on it), and a hedged copy
+        goes to another endpoint; the first answer wins, the other copy is cancelled and aborted by rid.
+        Returns the outcome and the endpoint whose slot the caller releases (the hedge's, once there is one)."""
+        body = request.body(attempt)
+        monitor = self.liveness
+        if monitor is None:
+            return await self._attempt(endpoint, body), endpoint
+        watched = monitor.watch(endpoint.url, body["rid"])
+        first = asyncio.create_task(self._attempt(endpoint, body))
+        second: asyncio.Task[Any] | None = None
+        try:
+            if not await _first_or_lost(first, watched):
+                return first.result(), endpoint
+            await self.pool.release(endpoint, ok=False, endpoint_fault=True)
+            self._lost(endpoint)  # may raise RunStopped: every endpoint is out
+            other = await self.pool.acquire(request.prompt_ids, avoid=endpoint.url)
+            hedge_body = body | {"rid": f"{body['rid']}-h"}
+            monitor.hedged[other.url] += 1
+            hedge_watch = monitor.watch(other.url, hedge_body["rid"])
+            second = asyncio.create_task(self._attempt(other, hedge_body))
+            lost_too = asyncio.create_task(hedge_watch.lost.wait())
+            try:
+                await asyncio.wait({first, second, lost_too}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                lost_too.cancel()
+                monitor.forget(hedge_watch)
+            if second.done():  # the hedge answered first: the original is dropped on its server
+                monitor.hedges_won[other.url] += 1
+                monitor.spawn_abort(endpoint.url, body["rid"])
+                return second.result(), other
+            monitor.spawn_abort(other.url, hedge_body["rid"])
+            if first.done():  # the original answered after all (late, not lost): its answer is kept
+                return first.result(), other
+            monitor.spawn_abort(endpoint.url, body["rid"])  # lost on both endpoints
+            self._lost(other)
+            return Failure("lost", f"lost by {endpoint.url} and by {other.url} (liveness.py)", transient=True), other
+        finally:
+            monitor.forget(watched)
+            for task in (first, second):
+                if task is not None and not task.done():
+                    task.cancel()
+
     async def generate(self, request: SampleRequest) -> SampleResult:
         result = SampleResult(request)
         refused = beyond_vocab(request, self.vocab_size) if self.vocab_size is not None else None
@@ -145,7 +207,7 @@ class GenerateClient:
                 result.error, result.retryable = f"no_endpoint: {exc}", True
                 break
             self.stats.sent += 1
-            outcome = await self._attempt(endpoint, request.body(attempt))
+            outcome, endpoint = await self._watched_attempt(endpoint, request, attempt)
             ok = not isinstance(outcome, Failure)
             # A 400 is about this prompt, not the endpoint; everything transient counts against the endpoint.
             await self.pool.release(endpoint, ok=ok, endpoint_fault=not ok and outcome.transient)
@@ -182,3 +244,14 @@ class GenerateClient:
             await asyncio.sleep(self.policy.delay(attempt, self._rng))
         self.stats.failed += 1
         return result
+
+
+async def _first_or_lost(attempt: asyncio.Task[Any], watched: Watched) -> bool:
+    """Wait for the attempt's outcome or for the monitor to flag it lost (True: lost, the attempt still runs)."""
+    flagged = asyncio.create_task(watched.lost.wait())
+    try:
+        await asyncio.wait({attempt, flagged}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        flagged.cancel()
+    return not attempt.done()
+

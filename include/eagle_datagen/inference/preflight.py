@@ -7,10 +7,13 @@
    whether the server runs with `--enable-deterministic-inference`: without it SGLang ignores
    `sampling_seed`, so the run says once that its samples are not reproducible by seed;
 4. a canary generation ends in the EOS, carries `</think>` and no `<think>`, and counts its own tokens.
-A misconfigured server stops the run with one line that says what is wrong and how to fix it. A server that
-is only busy or flaky does not: transient failures (503, 429, 408, other 5xx, HTTP-200 aborts, dropped
-connections) are retried, and a canary that fails a content check is sent again with another seed, so one
-odd sample (which a run would simply quarantine) is not taken for a misconfiguration.
+Each endpoint is judged on its own (`judge_endpoints`): one that fails a check is left out of the run with a
+warning naming it and the reason, and the run goes on with the others; it stops, with one line naming every
+endpoint left out and why, only when fewer than `min_endpoints` pass, or at once when the failure is the
+run's own (`RunLevelError`: its sampling parameters, its chat template), which no other endpoint would pass
+either. A server that is only busy or flaky is not left out: transient failures (503, 429, 408, other 5xx,
+HTTP-200 aborts, dropped connections) are retried, and a canary that fails a content check is sent again with
+another seed, so one odd sample (which a run would simply quarantine) is not taken for a misconfiguration.
 """
 
 from __future__ import annotations
@@ -42,9 +45,29 @@ _USERINFO = re.compile(r"//[^/?#]*@")
 PREFLIGHT_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.5, max_delay_s=4.0)
 CANARY_TRIES = 3  # canaries (each with its own seed) that must all fail a content check to stop the run
 SEED_REPRODUCIBLE = "reproducible: the server runs with --enable-deterministic-inference"
+# /server_info keys that change what a sample is drawn from or how: recorded per server in the plan and manifest
+SAMPLING_SETTINGS = (
+    "enable_deterministic_inference",
+    "random_seed",
+    "sampling_backend",
+    "sampling_defaults",
+    "preferred_sampling_params",
+    "enable_custom_logit_processor",
+    "enable_watermark",
+    "watermark_default_enabled",
+    "watermark_enforce_all",
+    "speculative_algorithm",
+    "dtype",
+    "quantization",
+    "kv_cache_dtype",
+)
 SEED_NOT_REPRODUCIBLE = (
     "not reproducible: the server runs without --enable-deterministic-inference, so SGLang ignores sampling_seed"
 )
+
+
+class RunLevelError(ConfigError):
+    """A preflight failure that is the run's own, not the endpoint's: the run stops whatever the others say."""
 
 
 class _Transient(Exception):
@@ -80,6 +103,7 @@ class ServerInfo:
     max_running_requests: int | None
     warnings: list[str] = field(default_factory=list)
     deterministic_inference: bool = False  # --enable-deterministic-inference: only then is sampling_seed honoured
+    sampling_settings: dict[str, Any] = field(default_factory=dict)  # SAMPLING_SETTINGS the server reported
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -89,6 +113,7 @@ class ServerInfo:
             "sglang_version": self.version,
             "enable_deterministic_inference": self.deterministic_inference,
             "sampling_seed": SEED_REPRODUCIBLE if self.deterministic_inference else SEED_NOT_REPRODUCIBLE,
+            "sampling_settings": dict(self.sampling_settings),
         }
 
 
@@ -163,6 +188,16 @@ async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float)
         await asyncio.sleep(1.0)
 
 
+def check_not_watermarking(url: str, server_info: dict[str, Any]) -> None:
+    """SGLang 0.5.23 can watermark its sampling (--enable-watermark, --watermark-config): its samples are then
+    drawn from a skewed distribution, not the model's, which a drafter must not learn."""
+    if server_info.get("enable_watermark") or server_info.get("watermark_config"):
+        raise ConfigError(
+            f"SGLang at {url} runs with --enable-watermark: its samples are not the model's distribution; "
+            "restart it without --enable-watermark and --watermark-config"
+        )
+
+
 def check_canary(url: str, answer: Any, profile: ModelProfile) -> list[str]:
     """Raise ConfigError for a misconfigured server; return warnings for what could not be checked."""
     if isinstance(answer, list) and len(answer) == 1:
@@ -191,7 +226,7 @@ def check_canary(url: str, answer: Any, profile: ModelProfile) -> list[str]:
             f"{profile.model}"
         )
     if profile.thinking == "prefilled" and think_start in ids:
-        raise ConfigError(
+        raise RunLevelError(
             f"SGLang at {url} generated {profile.think_start.text} although the prompt already ends in it: "
             f"is the chat template the {profile.model} one?"
         )
@@ -215,7 +250,7 @@ async def _canary_answer(session: aiohttp.ClientSession, url: str, body: dict[st
             message = error_message(raw)[:200]
             if failure_from_status(response.status, message).transient:
                 raise _Transient(f"{response.status}: {message}")
-            raise ConfigError(
+            raise RunLevelError(
                 f"SGLang at {url} answered {response.status} to the canary generation ({message}): check the "
                 "sampling parameters"
             )
@@ -274,6 +309,7 @@ async def preflight_endpoint(
             "right server, set --model, or pass --allow-model-mismatch"
         )
     server_info = await _get_json(session, url, "/server_info", fallback="/get_server_info")
+    check_not_watermarking(url, server_info)
     version = server_info.get("version")
     warnings = []
     if version and ECHO_BUG_VERSIONS.match(str(version)):
@@ -293,7 +329,78 @@ async def preflight_endpoint(
         max_running_requests=int(running) if isinstance(running, int) and running > 0 else None,
         warnings=warnings,
         deterministic_inference=server_info.get("enable_deterministic_inference") is True,
+        sampling_settings={k: server_info[k] for k in SAMPLING_SETTINGS if k in server_info},
     )
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """An endpoint that failed its preflight, and why (one line)."""
+
+    url: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"url": self.url, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class EndpointVerdicts:
+    servers: list[ServerInfo]  # the endpoints that passed, in the order given
+    left_out: list[LeftOut]
+
+
+async def judge_endpoints(
+    urls: list[str],
+    profile: ModelProfile,
+    expected_model: str,
+    canary_body: dict[str, Any] | None,
+    allow_model_mismatch: bool = False,
+    wait_s: float = settings.WAIT_READY_S,
+    canary_timeout_s: float = 600.0,
+    min_endpoints: int = settings.MIN_ENDPOINTS,
+    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[None]] | None = None,
+) -> EndpointVerdicts:
+    """Preflight every endpoint; those that fail are left out with a warning. ConfigError (one line) when
+    fewer than `min_endpoints` pass, RunLevelError as soon as one endpoint fails in a way that is the run's.
+    `agreement`: the client-vs-server tokenizer check, run on the endpoints that passed."""
+    check_endpoint_urls(urls)
+    timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
+
+    async def judged(session: aiohttp.ClientSession, url: str) -> ServerInfo | LeftOut:
+        try:
+            return await preflight_endpoint(
+                session, url, profile, expected_model, canary_body, allow_model_mismatch, wait_s
+            )
+        except RunLevelError:
+            raise
+        except ConfigError as exc:
+            return LeftOut(url, str(exc))
+
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        verdicts = await asyncio.gather(*(judged(session, url) for url in urls))
+        passed = [v.url for v in verdicts if isinstance(v, ServerInfo)]
+        if agreement is not None and passed:  # the client's tokenizer against the servers' (tokenizer_agreement.py)
+            await agreement(session, passed)
+    servers = [v for v in verdicts if isinstance(v, ServerInfo)]
+    left_out = [v for v in verdicts if isinstance(v, LeftOut)]
+    if len(servers) < max(min_endpoints, 1):
+        if len(urls) == 1 and left_out:
+            raise ConfigError(left_out[0].reason)
+        reasons = "; ".join(f"{x.url}: {x.reason}" for x in left_out) or "none"
+        raise ConfigError(
+            f"{len(servers)} of {len(urls)} SGLang endpoints passed preflight, fewer than the {min_endpoints} "
+            f"required (--min-endpoints); left out: {reasons}"
+        )
+    for x in left_out:
+        log.warning(
+            "endpoint %s is left out of this run (%d of %d go on): %s", x.url, len(servers), len(urls), x.reason
+        )
+    weights = {i.weight_version for i in servers}
+    if len(weights) > 1:
+        raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
+    warn_seed_not_reproducible(servers)
+    return EndpointVerdicts(servers, left_out)
 
 
 async def preflight(
@@ -306,23 +413,11 @@ async def preflight(
     canary_timeout_s: float = 600.0,
     agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[None]] | None = None,
 ) -> list[ServerInfo]:
-    """`agreement`: the client-vs-server tokenizer check (tokenizer_agreement.py), run after the endpoints pass."""
-    check_endpoint_urls(urls)
-    timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        infos = await asyncio.gather(
-            *(
-                preflight_endpoint(session, url, profile, expected_model, canary_body, allow_model_mismatch, wait_s)
-                for url in urls
-            )
-        )
-        if agreement is not None:
-            await agreement(session, urls)
-    weights = {i.weight_version for i in infos}
-    if len(weights) > 1:
-        raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
-    warn_seed_not_reproducible(infos)
-    return list(infos)
+    """Every endpoint must pass (`judge_endpoints` with all of them required)."""
+    verdicts = await judge_endpoints(
+        urls, profile, expected_model, canary_body, allow_model_mismatch, wait_s, canary_timeout_s, len(urls), agreement
+    )
+    return verdicts.servers
 
 
 def warn_seed_not_reproducible(infos: list[ServerInfo]) -> None:

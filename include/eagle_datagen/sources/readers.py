@@ -24,6 +24,7 @@ from eagle_datagen.sources.formats import SourceFormat
 from eagle_datagen.sources.hf_datasets import hf_rows  # `datasets` itself is imported only for such sources
 from eagle_datagen.sources.locations import SourceFile
 from eagle_datagen.sources.strict_json import DuplicateKey, loads_strict
+from eagle_datagen.storage.parquet import arrow_owned
 
 DEFAULT_FORMAT = SourceFormat()  # detected per record; tabular columns named as the formats name them
 
@@ -65,7 +66,7 @@ def read_rows(source: SourceFile, fmt: SourceFormat | None = DEFAULT_FORMAT) -> 
         return
     data = source.read_bytes()
     if source.format == "parquet":
-        yield from _parquet_rows(source.uri, pa.BufferReader(data), fmt)
+        yield from _parquet_rows(source.uri, pa.BufferReader(arrow_owned(data)), fmt)
     else:
         yield from _csv_rows(source.uri, data, fmt)
 

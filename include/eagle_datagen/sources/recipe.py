@@ -6,6 +6,7 @@ name: demo
 seed: 20260101            # sampling under a cap is a pure function of (seed, category, prompt_id)
 max_reject_rate: 0.05     # fail the run when more input records than this are rejected
 max_rates: {prompt_echo: 0.05}   # highest acceptable share per reject reason (default: diagnosis.py's)
+min_endpoints: 1          # endpoints that must pass preflight; the others are left out with a warning
 defaults:
   samples_per_prompt: 1
   turns: last             # last: one sample per record; each: one per assistant turn (docs/multi-turn.md)
@@ -167,6 +168,9 @@ class Recipe(_Strict):
     # The highest acceptable share of samples per reject reason (validation/diagnosis.py), over today's
     # defaults; `--max-rate` and the trigger form override them. For example {prompt_echo: 0.05}.
     max_rates: dict[str, float] = Field(default_factory=dict)
+    # Endpoints that must pass preflight for the run to go on (inference/preflight.judge_endpoints); None:
+    # settings.MIN_ENDPOINTS, unless a flag or the trigger form sets it.
+    min_endpoints: int | None = Field(None, ge=1)
     defaults: Defaults = Defaults()
     decontamination: Decontamination | None = None
     near_duplicates: NearDuplicates | None = None  # off unless given ({} for the defaults)

@@ -31,15 +31,21 @@ def endpoint_table(report: dict[str, Any]) -> str:
     """HTML: one row per endpoint (answers, valid, quarantined and retried reasons, ejections), then the
     run's early stops."""
     endpoints = report.get("endpoints") or {}
+    left_out = "".join(
+        f"<p class='bad'>Left out in preflight: {_e(x['url'])} ({_e(x.get('by') or '?')}): {_e(x['reason'])}</p>"
+        for x in report.get("left_out", [])
+    )
     if not endpoints:
-        return '<p class="muted">No per-endpoint counts were recorded.</p>'
+        return '<p class="muted">No per-endpoint counts were recorded.</p>' + left_out
     head = (
         "<thead><tr><th>endpoint</th><th class='n'>answers</th><th class='n'>valid</th><th>quarantined</th>"
-        "<th>server faults (sent again, not stored)</th><th>ejected</th></tr></thead>"
+        "<th>server faults (sent again, not stored)</th><th>lost requests (found, hedged)</th><th>ejected</th>"
+        "</tr></thead>"
     )
     rows = [
         f"<tr><td>{_e(url)}</td><td class='n'>{e['answers']:,}</td><td class='n'>{e['valid']:,}</td>"
         f"<td>{_counts(e['quarantined'])}</td><td>{_counts(e['server_faults'])}</td>"
+        f"<td>{_counts({k: v for k, v in (e.get('liveness') or {}).items() if v})}</td>"
         f"<td>{_ejections(e['ejections'])}</td></tr>"
         for url, e in endpoints.items()
     ]
@@ -49,4 +55,4 @@ def endpoint_table(report: dict[str, Any]) -> str:
         "answer was sent again to another endpoint and never became a row (examples in the endpoints file of "
         "the manifest).</p>"
     )
-    return f"<div class='scroll'><table>{head}<tbody>{''.join(rows)}</tbody></table></div>{stops}{note}"
+    return f"<div class='scroll'><table>{head}<tbody>{''.join(rows)}</tbody></table></div>{left_out}{stops}{note}"

@@ -176,12 +176,31 @@ def encode_shard(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def arrow_owned(data: bytes) -> pa.Buffer:
+    """`data` copied into memory that Arrow owns. Parquet from Python-owned memory (`bytes` behind a
+    `pa.BufferReader`, or an `io.BytesIO`) can abort the process at exit: `pq.read_table` reads through the
+    dataset API, whose file fragment (holding the reader, which holds the Python object) may be freed by an
+    Arrow thread-pool thread after `read_table` returned; freeing a Python object needs the GIL, a thread
+    asking for it while the interpreter finalizes is ended by `pthread_exit`, and unwinding through the
+    destructor calls std::terminate ("terminate called without an active exception", SIGABRT; gdb shows
+    `arrow::py::PyBuffer::~PyBuffer` -> `PyGILState_Ensure` -> `PyThread_exit_thread`; apache/arrow#33975).
+    Memory Arrow owns is freed without the GIL, on any thread, at any time."""
+    sink = pa.BufferOutputStream()
+    sink.write(data)
+    return sink.getvalue()
+
+
+def read_parquet_bytes(data: bytes, columns: list[str] | None = None) -> pa.Table:
+    """A Parquet file held in memory, as a table (read from an Arrow-owned copy: `arrow_owned`)."""
+    return pq.read_table(pa.BufferReader(arrow_owned(data)), columns=columns)
+
+
 def decode_shard(data: bytes) -> pa.Table:
     """A shard's table, with exactly the schema it was written with (sample or quarantine).
 
     A Parquet file without the contract v1 metadata or with other columns is a ValueError.
     """
-    table = pq.read_table(pa.BufferReader(data))
+    table = read_parquet_bytes(data)
     metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     version = metadata.get(CONTRACT_KEY)
     if version != CONTRACT_VERSION:

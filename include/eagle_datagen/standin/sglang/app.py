@@ -88,6 +88,12 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "enable_metrics": True,
         "weight_version": cfg.weight_version,
         "enable_deterministic_inference": cfg.enable_deterministic_inference,
+        "enable_watermark": cfg.enable_watermark,
+        "watermark_config": "<redacted>" if cfg.enable_watermark else None,
+        "sampling_backend": "flashinfer",
+        "sampling_defaults": "model",
+        "random_seed": 0,
+        "enable_custom_logit_processor": False,
         "max_req_input_len": cfg.context_length - 1,
         "internal_states": [{"last_gen_throughput": 0.0}],
         "version": cfg.version,
@@ -192,6 +198,12 @@ async def sim_restart(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def abort_request(request: web.Request) -> web.Response:
+    """SGLang's POST /abort_request {"rid": ...}: 200 whether or not the rid is running (the stand-in keeps no
+    rids; the count of calls is in /sim/stats "polls")."""
+    return web.Response(status=200)
+
+
 async def sim_reset_stats(request: web.Request) -> web.Response:
     _state(request).reset_stats()
     return _json({"reset": True})
@@ -230,6 +242,7 @@ def build_app(state: SimState) -> web.Application:
     app.router.add_route("POST", "/flush_cache", flush_cache)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/loads", loads)
+    app.router.add_post("/abort_request", abort_request)
     app.router.add_get("/sim/stats", sim_stats)
     app.router.add_post("/sim/faults", sim_faults)
     app.router.add_post("/sim/restart", sim_restart)

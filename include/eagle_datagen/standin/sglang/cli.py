@@ -25,6 +25,8 @@ FAULT_FLAGS = {
     "no_think_end": "leave </think> out of the output",
     "echo": "the SGLang 0.5.0-0.5.4 bug: output_ids start with 1-5 ids copied from the prompt's end",
     "strip_think": "remove <think>/</think> from output_ids, as a misconfigured reasoning parser would",
+    "lose": "accept the request and never answer it (the connection stays open, /health stays 200, /v1/loads "
+    "does not count it), as when a request is lost inside a server",
     "prompt_tokens": "report a prompt_tokens that disagrees with the ids sent, as a server or proxy that "
     "re-tokenized the prompt with another tokenizer would",
 }
@@ -114,6 +116,12 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "(outputs are deterministic from sampling_seed either way; real SGLang ignores the seed without it)",
     )
     model.add_argument(
+        "--enable-watermark",
+        action="store_true",
+        help="report enable_watermark true in /server_info, as SGLang 0.5.23 started with --enable-watermark does "
+        "(the stand-in's outputs are not watermarked; preflight refuses such a server)",
+    )
+    model.add_argument(
         "--context-length",
         type=positive_int,
         default=d.context_length,
@@ -187,6 +195,12 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         flag = "--fault-" + kind.removeprefix("error_").replace("_", "-")
         faults.add_argument(flag, dest=f"fault_{kind}", type=_rate, default=0.0, metavar="P", help=text)
     faults.add_argument(
+        "--lose-after",
+        type=positive_int,
+        metavar="N",
+        help="lose every /generate request after the first N (accepted, never answered; /health stays 200)",
+    )
+    faults.add_argument(
         "--slow-seconds",
         type=non_negative,
         default=d.slow_seconds,
@@ -219,6 +233,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         weight_version=args.weight_version,
         version=args.version,
         enable_deterministic_inference=args.enable_deterministic_inference,
+        enable_watermark=args.enable_watermark,
         context_length=args.context_length,
         vocab_size=args.vocab_size,
         max_running_requests=args.max_running_requests,
@@ -229,6 +244,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         fault_seed=args.fault_seed,
         slow_seconds=args.slow_seconds,
         restart_every_s=args.restart_every,
+        lose_after=args.lose_after,
         restart_downtime_s=args.restart_downtime,
     )
     if args.profile:

@@ -25,6 +25,9 @@ class FaultRates:
     echo: float = 0.0  # SGLang 0.5.0-0.5.4: output_ids start with the prompt's last 1-5 ids
     strip_think: float = 0.0  # a misconfigured reasoning parser removed <think> and </think>
     prompt_tokens: float = 0.0  # meta_info.prompt_tokens disagrees with the ids sent (another tokenizer's count)
+    # the request is accepted and never answered: the connection stays open, /health stays 200, and the server's
+    # own load (/v1/loads) does not count it, as when a request is lost inside a server
+    lose: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in self.to_dict().items():
@@ -58,6 +61,8 @@ class SimConfig:
     # SGLang's --enable-deterministic-inference, as /server_info reports it: real SGLang honours sampling_seed
     # only with it (the stand-in's outputs follow the seed either way)
     enable_deterministic_inference: bool = False
+    # SGLang's --enable-watermark (0.5.23): /server_info reports it; the stand-in's outputs are never watermarked
+    enable_watermark: bool = False
     # the model's token facts
     context_length: int = 262144
     vocab_size: int = 163840
@@ -88,6 +93,7 @@ class SimConfig:
     fault_seed: int = 0
     slow_seconds: float = 2.0
     restart_every_s: float | None = None  # periodic restarts; None: never
+    lose_after: int | None = None  # every /generate request after this many is lost (the lose fault); None: never
     restart_downtime_s: float = 1.0
 
     def __post_init__(self) -> None:

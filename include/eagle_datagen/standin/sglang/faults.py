@@ -35,6 +35,7 @@ class RequestFaults:
     error_503: bool = False
     drop: bool = False
     slow: bool = False
+    lose: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,13 +58,18 @@ class FaultInjector:
         self._rng = random.Random(seed)
         # Kinds added later draw from their own generator: the older kinds' draws stay as they were per seed.
         self._later_rng = random.Random(seed + 1)
+        self._lose_rng = random.Random(seed + 2)
+        self.requests = 0  # /generate requests decided so far (lose_after counts them)
 
     def _draw(self, rate: float) -> bool:
         return self._rng.random() < rate  # drawn even at rate 0, to keep the sequence stable
 
-    def for_request(self) -> RequestFaults:
+    def for_request(self, lose_after: int | None = None) -> RequestFaults:
         r = self.rates
+        self.requests += 1
+        lose = self._lose_rng.random() < r.lose or (lose_after is not None and self.requests > lose_after)
         return RequestFaults(
+            lose=lose,
             error_429=self._draw(r.error_429),
             error_408=self._draw(r.error_408),
             error_503=self._draw(r.error_503),

@@ -64,6 +64,13 @@ def _sse(body: Any) -> bytes:
     return b"data: " + (body if isinstance(body, bytes) else json.dumps(body).encode()) + b"\n\n"
 
 
+async def _never_answer(request: web.Request) -> None:
+    """The lose fault: hold the connection open, answer nothing, until the client goes away."""
+    while request.transport is not None and not request.transport.is_closing():
+        await asyncio.sleep(0.2)
+    raise Dropped
+
+
 async def handle_generate(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     state.stats.request_arrived()
@@ -88,7 +95,7 @@ async def _generate(request: web.Request, state: SimState, arrived: float) -> we
     except ValueError as exc:
         return _json(InvalidBody(f"JSON decode error: {exc}").body(), 400)
     stream = isinstance(body, dict) and body.get("stream") is True
-    faults = state.faults.for_request()
+    faults = state.faults.for_request(state.config.lose_after)
     if faults.error_429:
         state.stats.faults["error_429"] += 1
         return _json(ROUTER_429_BODY, 429)
@@ -111,6 +118,9 @@ async def _generate(request: web.Request, state: SimState, arrived: float) -> we
     if faults.error_503:
         state.stats.faults["error_503"] += 1
         return await _stream_error(request, _queue_full_event()) if stream else _json(QUEUE_FULL_BODY, 503)
+    if faults.lose:
+        state.stats.faults["lose"] += 1
+        await _never_answer(request)
     if faults.drop and not stream:
         state.stats.faults["drop"] += 1
         raise Dropped

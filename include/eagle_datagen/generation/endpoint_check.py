@@ -1,0 +1,58 @@
+"""The run's preflight of its endpoints, the same for the command line and the Airflow preflight task.
+
+Every endpoint is judged on its own (inference/preflight.judge_endpoints); the ones left out are named in a
+warning and recorded in the run's endpoint journal, so the report and the manifest list them and why. The
+minimum that must pass: the flag or trigger form, else the recipe's `min_endpoints`, else settings.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+
+from eagle_datagen import settings
+from eagle_datagen.generation.endpoint_journal import record_left_out
+from eagle_datagen.inference.preflight import ServerInfo, judge_endpoints
+from eagle_datagen.sources.recipe import Recipe
+from eagle_datagen.storage.output_root import OutputRoot
+
+
+def min_endpoints(wanted: int | None, recipe: Recipe | None) -> int:
+    if wanted is not None:
+        return wanted
+    if recipe is not None and recipe.min_endpoints is not None:
+        return recipe.min_endpoints
+    return settings.MIN_ENDPOINTS
+
+
+async def preflight_run(
+    urls: list[str],
+    setup: Any,  # tokenization.stage.TokenizeSetup: the run's profile and recipe
+    model: str,
+    canary: dict[str, Any] | None,
+    *,
+    root: OutputRoot,
+    run_id: str,
+    wanted_min: int | None,
+    allow_model_mismatch: bool,
+    wait_s: float,
+    by: str,
+    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[None]] | None = None,
+) -> list[ServerInfo]:
+    """The endpoints that passed; the others recorded as left out of run `run_id` (by `by`: "run", "preflight").
+    `agreement`: the client-vs-server tokenizer check (inference/tokenizer_agreement.py) on those that passed."""
+    verdicts = await judge_endpoints(
+        urls,
+        setup.profile,
+        model,
+        canary,
+        allow_model_mismatch=allow_model_mismatch,
+        wait_s=wait_s,
+        min_endpoints=min_endpoints(wanted_min, setup.recipe),
+        agreement=agreement,
+    )
+    if verdicts.left_out:
+        record_left_out(root, run_id, [x.to_json() for x in verdicts.left_out], by)
+    return verdicts.servers

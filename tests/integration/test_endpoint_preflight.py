@@ -1,0 +1,73 @@
+"""Preflight judges each endpoint: one that fails its canary or its checks is left out with a warning naming it
+and the reason, the run publishes from the others, and the manifest and report list it; `min_endpoints`
+(flag, recipe, trigger form) is how many must pass. The run's own failures stop it whatever the endpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation.stage import run_generation
+from eagle_datagen.standin.sglang.config import SimConfig
+from eagle_datagen.standin.sglang.runner import SimServerThread
+from generation_runs import run_options
+
+pytestmark = pytest.mark.slow
+PROMPTS = 6
+
+BROKEN = {
+    "echo bug": ({"faults": {"echo": 1.0}}, "prompt-echo bug"),
+    "reasoning parser": ({"faults": {"strip_think": 1.0}}, "--reasoning-parser"),
+    "wrong model": ({"model_path": "Qwen/Qwen3-8B"}, "serves 'Qwen/Qwen3-8B'"),
+    "watermark": ({"enable_watermark": True}, "--enable-watermark"),
+}
+
+
+def server(**changes) -> SimServerThread:
+    return SimServerThread(dataclasses.replace(SimConfig().with_profile("instant"), **changes))
+
+
+def manifest(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "out" / "manifests" / "run=r.json").read_text())
+
+
+@pytest.mark.parametrize("fault", sorted(BROKEN))
+def test_a_replica_failing_preflight_is_left_out_and_the_run_publishes_from_the_other(tmp_path, caplog, fault):
+    changes, reason = BROKEN[fault]
+    with server() as good, server(**changes) as broken:
+        with caplog.at_level("WARNING", logger="eagle_datagen.inference.preflight"):
+            summary = run_generation(run_options(tmp_path, [good.url, broken.url], prompts=PROMPTS, canary=True))
+        assert broken.stats()["generations"] <= 3  # its canaries only (one per seed tried): no sample went there
+    assert summary.pending == 0 and summary.published is not None and summary.samples == PROMPTS
+    assert [s["url"] for s in summary.servers] == [good.url]
+    [warning] = [r.getMessage() for r in caplog.records if "left out of this run" in r.getMessage()]
+    assert broken.url in warning and reason in warning and "\n" not in warning
+    [left] = manifest(tmp_path)["validation"]["endpoints_left_out"]
+    assert left["url"] == broken.url and reason in left["reason"]
+    report = (tmp_path / "out" / "manifests" / "run=r.report.html").read_text()
+    assert "Left out in preflight" in report and broken.url in report
+
+
+def test_min_endpoints_two_stops_in_preflight_naming_the_one_left_out(tmp_path):
+    with server() as good, server(faults={"echo": 1.0}) as broken:
+        options = run_options(tmp_path, [good.url, broken.url], prompts=PROMPTS, canary=True, min_endpoints=2)
+        with pytest.raises(ConfigError) as info:
+            run_generation(options)
+        assert good.stats()["generations"] <= 1  # its canary, no sample
+    message = str(info.value)
+    assert "1 of 2 SGLang endpoints passed preflight, fewer than the 2 required" in message
+    assert broken.url in message and "prompt-echo bug" in message and "\n" not in message
+    assert not (tmp_path / "out" / "plans").exists()
+
+
+def test_every_endpoint_failing_stops_the_run_naming_each(tmp_path):
+    with server(faults={"echo": 1.0}) as one, server(model_path="Qwen/Qwen3-8B") as two:
+        with pytest.raises(ConfigError) as info:
+            run_generation(run_options(tmp_path, [one.url, two.url], prompts=PROMPTS, canary=True))
+    message = str(info.value)
+    assert "0 of 2 SGLang endpoints passed preflight" in message
+    assert f"{one.url}: " in message and f"{two.url}: " in message and "\n" not in message

@@ -1,0 +1,92 @@
+"""Requests a server accepts and never answers (serve-sim's lose fault: the connection stays open, /health
+stays 200, /v1/loads does not count them) are found by the liveness monitor within its bound (lost_after)
+and sent again elsewhere; the first answer is stored, once."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from eagle_datagen.generation.screen import LOST_TO_EJECT, RunStopped
+from eagle_datagen.generation.stage import SamplingOverrides, run_generation
+from eagle_datagen.inference.liveness import LivenessPolicy
+from eagle_datagen.standin.sglang.config import SimConfig
+from eagle_datagen.standin.sglang.runner import SimServerThread
+from generation_runs import run_options
+
+pytestmark = pytest.mark.slow
+PROMPTS, PER_PROMPT = 30, 4
+SAMPLES = PROMPTS * PER_PROMPT
+# the bound under test: a lost request is sent again within LOST_AFTER + a poll or two of its loss
+WATCH = LivenessPolicy(lost_after_s=2.0, poll_s=0.5, grace_s=1.0)
+
+
+def replica(**changes) -> SimServerThread:
+    config = SimConfig(fault_seed=3).with_profile("instant")  # seed 3: 2% loses 2-3 of the ~60 requests it gets
+    return SimServerThread(dataclasses.replace(config, decode_s_per_token=0.001, **changes))
+
+
+def options(tmp_path: Path, urls: list[str], **changes):
+    sampling = SamplingOverrides(max_new_tokens=1000, samples_per_prompt=PER_PROMPT)
+    return run_options(tmp_path, urls, prompts=PROMPTS, sampling=sampling, concurrency=4, liveness=WATCH, **changes)
+
+
+def stored_ids(tmp_path: Path) -> list[str]:
+    ids = []
+    for kind in ("data", "quarantine"):
+        for part in sorted((tmp_path / "out").glob(f"{kind}/category=*/run=r/part-*.parquet")):
+            ids += pq.read_table(part, columns=["sample_id"]).column(0).to_pylist()
+    return ids
+
+
+def manifest(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "out" / "manifests" / "run=r.json").read_text())
+
+
+def test_two_percent_lost_on_one_replica_every_sample_published_once_within_the_bound(tmp_path):
+    with replica() as good, replica(faults={"lose": 0.02}) as losing:
+        started = time.monotonic()
+        summary = run_generation(options(tmp_path, [good.url, losing.url]))
+        elapsed = time.monotonic() - started
+        lost = losing.stats()["faults"].get("lose", 0)
+        aborts = losing.stats()["polls"].get("POST /abort_request", 0)
+    assert lost >= 1 and summary.pending == 0 and summary.published is not None
+    ids = stored_ids(tmp_path)
+    assert len(ids) == SAMPLES == len(set(ids))  # every sample once: the lost copy never answered, no double
+    counts = manifest(tmp_path)["counts"]["endpoints"]
+    assert counts[losing.url]["lost_requests"] == lost
+    assert counts[good.url]["hedges"]["hedges_won"] + counts[losing.url]["hedges"]["hedges_won"] >= lost
+    assert aborts >= lost  # each lost copy was aborted by rid once its hedge answered
+    # without the monitor the run would wait for the request timeout (an hour); with it, the bound per loss
+    assert elapsed < 60 + lost * (WATCH.lost_after_s + 3 * WATCH.poll_s)
+
+
+def test_a_replica_losing_every_request_after_its_50th_is_taken_out_and_the_run_completes(tmp_path):
+    """With 120 samples over two replicas of 4 slots, a replica that kept receiving work after its 50th
+    request would lose about 10; it is ejected after LOST_TO_EJECT lost in a row, like any sick replica."""
+    with replica() as good, replica(lose_after=50) as losing:
+        summary = run_generation(options(tmp_path, [good.url, losing.url]))
+        lost = losing.stats()["faults"].get("lose", 0)
+    assert summary.pending == 0 and summary.published is not None
+    ids = stored_ids(tmp_path)
+    assert len(ids) == SAMPLES == len(set(ids))
+    # each lost request answered by the other replica; none sent there after its ejection (the 4 in flight
+    # when it started losing may all be lost)
+    assert LOST_TO_EJECT <= lost <= 4 and summary.failures["lost"] == lost
+    assert "lost_requests" in summary.endpoints[losing.url]["ejected"]
+    assert manifest(tmp_path)["counts"]["endpoints"][losing.url]["ejected"][0]["reason"] == "lost_requests"
+    assert manifest(tmp_path)["counts"]["endpoints"][losing.url]["lost_requests"] == lost
+
+
+def test_every_replica_losing_everything_stops_the_run_naming_them(tmp_path):
+    with replica(faults={"lose": 1.0}) as one, replica(faults={"lose": 1.0}) as two:
+        with pytest.raises(RunStopped) as info:
+            run_generation(options(tmp_path, [one.url, two.url]))
+    [message] = info.value.diagnoses
+    assert "every endpoint was taken out" in message and one.url in message and two.url in message
+    assert "lost_requests" in message and "\n" not in message

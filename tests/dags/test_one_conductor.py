@@ -44,30 +44,33 @@ def deployment(tmp_path_factory):
     with SimServerThread(SimConfig().with_profile("instant")) as sim, pytest.MonkeyPatch.context() as mp:
         mp.setenv("EAGLE_DATAGEN_RECIPE", str(recipe))
         host, port = sim.url.removeprefix("http://").split(":")
-        sglang = {"conn_type": "http", "host": host, "port": int(port), "extra": {"tokenizer": "standin:kimi-k2.5"}}
+        sglang = {"conn_type": "http", "host": host, "port": int(port), "extra": {"tokenizer": "standin:kimi-k2.5", "trust_remote_code": True}}
         mp.setenv("AIRFLOW_CONN_SGLANG_DEFAULT", json.dumps(sglang))
         yield {"folder": folder, "recipe": recipe, "url": sim.url}
 
 
-REAL_PREFLIGHT = steps.preflight
+REAL_PREFLIGHT = steps.preflight_run
 
 
 def recording_preflight(calls: list, monkeypatch) -> None:
     real = REAL_PREFLIGHT
 
-    async def record(urls, profile, model, canary, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    async def record(urls, setup, model, canary, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        # what the endpoints are asked and judged by; the output root, run id, caller and check objects differ
+        same = {k: v for k, v in kwargs.items() if k not in ("root", "run_id", "by", "agreement")}
         calls.append(
             {
                 "urls": list(urls),
-                "profile": profile.name,
+                "profile": setup.profile.name,
+                "agreement": kwargs.get("agreement") is not None,
                 "model": model,
                 "canary_sampling": {k: v for k, v in canary["sampling_params"].items() if k != "sampling_seed"},
             }
-            | kwargs
+            | same
         )
-        return await real(urls, profile, model, canary, **kwargs)
+        return await real(urls, setup, model, canary, **kwargs)
 
-    monkeypatch.setattr(steps, "preflight", record)
+    monkeypatch.setattr(steps, "preflight_run", record)
 
 
 def free_category_asset(category: str) -> None:
@@ -100,7 +103,7 @@ def test_the_cli_and_a_dag_run_plan_the_same_run_with_the_same_checks(deployment
     dag_calls: list = []
     recording_preflight(cli_calls, monkeypatch)
     code = main(
-        ["run", "--recipe", str(deployment["recipe"]), "--tokenizer", "standin:kimi-k2.5"]
+        ["run", "--recipe", str(deployment["recipe"]), "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code"]
         + ["--sglang-url", deployment["url"], "--output", str(tmp_path / "cli"), *FLAGS]
     )
     assert code == 0
@@ -119,6 +122,7 @@ def test_the_cli_and_a_dag_run_plan_the_same_run_with_the_same_checks(deployment
     assert sum(s["samples"] for s in cli_plan["shards"]) == 10 and len(cli_plan["shards"]) == 3
     assert cli_calls == dag_calls and len(cli_calls) == 1, (cli_calls, dag_calls)
     assert cli_calls[0]["allow_model_mismatch"] is False and cli_calls[0]["wait_s"] == 30.0
+    assert cli_calls[0]["agreement"] and cli_calls[0]["wanted_min"] is None
 
 
 def test_the_steps_refuse_a_rerun_whose_configuration_changed(deployment, tmp_path):
@@ -131,6 +135,7 @@ def test_the_steps_refuse_a_rerun_whose_configuration_changed(deployment, tmp_pa
         run_id="rerun",
         recipe=str(deployment["recipe"]),
         limit=3,
+        trust_remote_code=True,
         front_end="airflow",
     )
     servers = preflight_step(config.to_dict())

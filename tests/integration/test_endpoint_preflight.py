@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.generation.stage import run_generation
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from generation_runs import run_options

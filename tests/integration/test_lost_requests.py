@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle_datagen.generation.screen import LOST_TO_EJECT, RunStopped
-from eagle_datagen.generation.stage import SamplingOverrides, run_generation
+from eagle_datagen.generation.stage import SamplingOverrides
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.inference.liveness import LivenessPolicy
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread

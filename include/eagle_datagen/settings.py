@@ -40,6 +40,7 @@ PUBLISH = "validation and publishing"
 FORM_SAMPLING = "Prompts and sampling"
 FORM_RUN = "Run"
 FORM_DEPLOYMENT = "Deployment and storage"
+FORM_SECTIONS = (FORM_SAMPLING, FORM_RUN, FORM_DEPLOYMENT)  # in the form's order
 # An s3:// prefix or an absolute local folder (a relative path means nothing on a worker).
 OUTPUT_PATTERN = r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.*)$"
 SHOWN = object()  # a form param's default: the value the form shows (the recipe's or the deployment's), else `default`
@@ -251,6 +252,13 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         form="limit",
+        param=FormParam(
+            "integer",
+            "Prompt limit",
+            "At most this many {category} prompts, chosen deterministically. Empty: every prompt.",
+            FORM_SAMPLING,
+            schema={"minimum": 1},
+        ),
         config="limit",
         only="the recipe caps with max_prompts",
     ),
@@ -334,6 +342,17 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="near_duplicates.threshold",
         form="near_duplicate_threshold",
+        param=FormParam(
+            "number",
+            "Near-duplicate threshold",
+            (
+                "Leave out prompts whose MinHash similarity to a prompt kept before them (in this "
+                "category) is at least this. Empty: off. Default: the recipe's near_duplicates."
+            ),
+            FORM_SAMPLING,
+            schema={"exclusiveMinimum": 0, "maximum": 1},
+            nullable=True,
+        ),
         config="near_duplicate_threshold",
     ),
     Setting(
@@ -607,6 +626,16 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="defaults.sampling.max_new_tokens",
         form="max_new_tokens",
+        param=FormParam(
+            "integer",
+            "Max new tokens",
+            (
+                "Longest output per sample; longer ones are quarantined as finish_length. Default: the "
+                "recipe's value. {unset}"
+            ),
+            FORM_SAMPLING,
+            schema={"minimum": 1},
+        ),
         config="max_new_tokens",
     ),
     Setting(
@@ -622,6 +651,13 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="defaults.sampling.temperature",
         form="temperature",
+        param=FormParam(
+            "number",
+            "Temperature",
+            "Sampling temperature (0-2). Default: the recipe's value. {unset}",
+            FORM_SAMPLING,
+            schema={"minimum": 0, "maximum": 2},
+        ),
         config="temperature",
     ),
     Setting(
@@ -637,6 +673,13 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="defaults.sampling.top_p",
         form="top_p",
+        param=FormParam(
+            "number",
+            "Top p",
+            "Nucleus sampling (above 0, at most 1). Default: the recipe's value. {unset}",
+            FORM_SAMPLING,
+            schema={"exclusiveMinimum": 0, "maximum": 1},
+        ),
         config="top_p",
     ),
     Setting(
@@ -674,6 +717,13 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="defaults.samples_per_prompt",
         form="samples_per_prompt",
+        param=FormParam(
+            "integer",
+            "Samples per prompt",
+            "Generations per prompt, each with its own sampling seed (1-64).",
+            FORM_SAMPLING,
+            schema={"minimum": 1, "maximum": 64},
+        ),
         config="samples_per_prompt",
     ),
     Setting(
@@ -692,6 +742,15 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="defaults.turns",
         form="turns",
+        param=FormParam(
+            "string",
+            "Turns",
+            (
+                "last: one sample per record (its last answer). each: one sample per assistant turn, "
+                "generated on-policy, tool loops continued with the recorded tool results (docs/multi-turn.md)."
+            ),
+            FORM_SAMPLING,
+        ),
         config="turns",
     ),
     Setting(
@@ -714,6 +773,13 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             required=True,
         ),
         form="output",
+        param=FormParam(
+            "string",
+            "Output root",
+            "s3://bucket/prefix or an absolute folder; runs, manifests and releases go under it.",
+            FORM_DEPLOYMENT,
+            schema={"pattern": OUTPUT_PATTERN},
+        ),
         config="output",
         only=_DEPLOYMENT,
     ),
@@ -744,6 +810,13 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             ),
         ),
         form="force_regenerate",
+        param=FormParam(
+            "boolean",
+            "Force regenerate",
+            "Generate every sample again, also those a published run already has (not incremental).",
+            FORM_RUN,
+            default=False,
+        ),
         config="incremental",
         only="one run's choice (the form's force_regenerate is its inverse)",
     ),
@@ -792,6 +865,13 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         form="shard_size",
+        param=FormParam(
+            "integer",
+            "Shard size",
+            "Prompts per shard; each shard is one mapped task in the sglang pool.",
+            FORM_RUN,
+            schema={"minimum": 1},
+        ),
         config="shard_size",
         only="a unit of scheduling, not of the prompt set",
     ),
@@ -854,6 +934,13 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             unset=True,
         ),
         form="draft_vocab_size",
+        param=FormParam(
+            "integer",
+            "Draft vocabulary size",
+            "K most frequent trained tokens in the run's draft vocabulary (EAGLE-3 d2t/t2d).",
+            FORM_RUN,
+            schema={"minimum": 1},
+        ),
         config="draft_vocab_size",
         only="a training choice, not of the prompt set",
     ),
@@ -891,6 +978,19 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="max_rates",
         form="max_rates",
+        param=FormParam(
+            "object",
+            "Max rate per reject reason",
+            (
+                "Highest acceptable share of samples per reject reason (0-1): above it the run stops with "
+                "its diagnosis as soon as the answers show it. For a server fault (prompt_echo, "
+                "completion_tokens_mismatch, prompt_tokens_mismatch, id_out_of_range) it is the share of an endpoint's "
+                "last 50 answers above which the endpoint is taken out of the run (at least 3). Default: the recipe's "
+                "max_rates over the built-in values."
+            ),
+            FORM_RUN,
+            schema={"additionalProperties": False},
+        ),
         config="max_rates",
     ),
     Setting(
@@ -913,6 +1013,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         False,
         "a triggered run generates",
         form="dry_run",
+        param=FormParam("boolean", "Dry run", "Preflight and plan only (writes the plan), generate nothing.", FORM_RUN),
         config="dry_run",
         only="Airflow-only: on the command line `tokenize` is the dry run",
     ),
@@ -921,6 +1022,16 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "sglang_default",
         "Airflow's naming convention",
         form="sglang_conn_id",
+        param=FormParam(
+            "string",
+            "SGLang connection",
+            (
+                "Airflow connection of the SGLang deployment: host and port, or extra "
+                '{"urls": [...]} for several replicas, and extra "tokenizer".'
+            ),
+            FORM_DEPLOYMENT,
+            schema={"minLength": 1},
+        ),
         only="Airflow-only: the connection that holds the deployment's settings",
     ),
     Setting(
@@ -928,6 +1039,16 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "aws_default",
         "the Amazon provider's default connection",
         form="aws_conn_id",
+        param=FormParam(
+            "string",
+            "AWS connection",
+            (
+                "Amazon provider connection for the object store (endpoint_url in its extra for "
+                "S3-compatible stores). Without it, the worker's AWS environment is used."
+            ),
+            FORM_DEPLOYMENT,
+            schema={"minLength": 1},
+        ),
         only="Airflow-only: the command line reads the AWS environment",
     ),
 )
@@ -1043,6 +1164,16 @@ _FROM_FRONT_END = {  # the few settings whose front-end value is not the setting
 def flag_dest(entry: Setting) -> str:
     """The argparse attribute of the setting's flag."""
     return entry.cli.removeprefix("--").replace("-", "_")
+
+
+def choices_of(entry: Setting) -> tuple[str, ...] | None:
+    """The allowed values of a setting (its flag's choices, the form's enum), imported where they are defined."""
+    if not (entry.flag and entry.flag.choices):
+        return None
+    import importlib
+
+    module, _, name = entry.flag.choices.partition(":")
+    return tuple(getattr(importlib.import_module(module), name))
 
 
 def flag_default(entry: Setting) -> Any:

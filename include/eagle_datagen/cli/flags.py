@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import argparse
 import builtins
-import importlib
 from typing import Any
 
 from eagle_datagen import settings
 from eagle_datagen.cli import arguments
 
 
-def _resolve(reference: str) -> Any:
-    """ "module:NAME" imported, or an argument type of cli/arguments.py (or a builtin) by name."""
-    if ":" in reference:
-        module, _, name = reference.partition(":")
-        return getattr(importlib.import_module(module), name)
-    return getattr(arguments, reference, None) or getattr(builtins, reference)
+def _type(name: str) -> Any:
+    """An argument type of cli/arguments.py (or a builtin, such as int) by name."""
+    return getattr(arguments, name, None) or getattr(builtins, name)
 
 
 def _shown(value: Any) -> str:
@@ -29,7 +25,7 @@ def flag_arguments(entry: settings.Setting) -> dict[str, Any]:
     """The keyword arguments of `add_argument(entry.cli, ...)`."""
     flag = entry.flag
     kwargs: dict[str, Any] = {}
-    choices = _resolve(flag.choices) if flag.choices else None
+    choices = settings.choices_of(entry)
     kwargs["help"] = flag.help.replace("{default}", _shown(entry.default)).replace(
         "{choices}", ", ".join(choices or ())
     )
@@ -38,7 +34,7 @@ def flag_arguments(entry: settings.Setting) -> dict[str, Any]:
     elif flag.repeat:
         kwargs["action"] = "append"
     if flag.type:
-        kwargs["type"] = _resolve(flag.type)
+        kwargs["type"] = _type(flag.type)
     if choices is not None:
         kwargs["choices"] = choices
     if flag.metavar:

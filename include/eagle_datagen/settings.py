@@ -1,12 +1,14 @@
 """The settings of a run, declared once: their defaults (and why), and where each front end takes them.
 
-A run is configured from three front ends: the `eagle-datagen run` flags (cli/run.py, cli/arguments.py), the recipe
-(sources/recipe.py) and, in Airflow, the trigger form (plugins/eagle_datagen_airflow/form.py), the SGLang
-connection and the DAG itself, which reach the steps as a `generation.steps.RunConfig`. Every setting is a
-`Setting` below; the front ends take their constant defaults from here (`default_of`), and
-tests/test_settings.py fails when a flag, a recipe key, a form param, a connection key or a `RunConfig` field
-exists that this table does not declare, when a declared one is missing, or when a setting is missing from a
-front end without `only` saying why (a front-end-only setting).
+A run is configured from three front ends: the `eagle-datagen run` flags, the recipe (sources/recipe.py) and, in
+Airflow, the trigger form, the SGLang connection and the DAG itself, which reach the steps as a
+`generation.steps.RunConfig`. Every setting is a `Setting` below. The flags are built from its `Flag`
+(cli/flags.py), the form's params from its `FormParam` (plugins/eagle_datagen_airflow/form.py), the front ends'
+values become `RunConfig` fields by the maps below (`from_flags`, `from_form`, `from_connection`), the recipe
+schema takes its defaults from here (`default_of`), and docs/configuration.md's table is `reference_table()`.
+tests/dags/test_run_settings.py fails when a flag, a recipe key, a form param, a connection key or a `RunConfig`
+field exists that this table does not declare, when a declared one is missing, when a flag or param is not the
+one its declaration builds, or when a setting is missing from a front end without `only` saying why.
 """
 
 from __future__ import annotations

@@ -124,25 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=PROJECT / ".demo", help="where everything lives (emptied first)")
     parser.add_argument("--samples-per-prompt", type=int, default=2, help="generations per prompt (default 2)")
     parser.add_argument("--shard-size", type=int, default=8, help="prompts per shard, one mapped task each")
-    parser.add_argument(
-        "--engine",
-        choices=("sim", "sglang"),
-        default="sim",
-        help="sim: serve-sim with faults (default); sglang: two real SGLang CPU servers (tiny model, "
-        "`make sglang`) behind the real smg router",
-    )
-    parser.add_argument(
-        "--limit",
-        type=int,
-        default=None,
-        help=f"prompts per category (default: the recipe's; {REAL_ENGINE_CONF['limit']} on sglang)",
-    )
-    parser.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=None,
-        help=f"default: the recipe's; {REAL_ENGINE_CONF['max_new_tokens']} on sglang",
-    )
+    parser.add_argument("--engine", choices=("sim", "sglang"), default="sim",
+                        help="sim: serve-sim with faults (default); sglang: two real SGLang CPU servers (tiny model, "
+                        "`make sglang`) behind the real smg router")
+    parser.add_argument("--limit", type=int, default=None,
+                        help=f"prompts per category (default: the recipe's; {REAL_ENGINE_CONF['limit']} on sglang)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help=f"default: the recipe's; {REAL_ENGINE_CONF['max_new_tokens']} on sglang")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds to wait for the runs (default 1200)")
     parser.add_argument("--log-level", default="WARNING", help="log level of the stack's own messages")
     args = parser.parse_args(argv)

@@ -85,29 +85,17 @@ class ServerOptions:
 
 def sglang_command(model_path: Path, port: int, options: ServerOptions = ServerOptions()) -> list[str]:
     args = [
-        str(engine_venv() / "bin" / "python"),
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        str(model_path),
-        "--device",
-        "cpu",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--attention-backend",
-        "torch_native",  # the CPU's only attention without sgl_kernel
-        "--sampling-backend",
-        "pytorch",
-        "--grammar-backend",
-        "none",
-        "--context-length",
-        str(options.context_length),
-        "--max-total-tokens",
-        str(options.max_total_tokens),
-        "--max-running-requests",
-        str(options.max_running_requests),
+        str(engine_venv() / "bin" / "python"), "-m", "sglang.launch_server",
+        "--model-path", str(model_path),
+        "--device", "cpu",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--attention-backend", "torch_native",  # the CPU's only attention without sgl_kernel
+        "--sampling-backend", "pytorch",
+        "--grammar-backend", "none",
+        "--context-length", str(options.context_length),
+        "--max-total-tokens", str(options.max_total_tokens),
+        "--max-running-requests", str(options.max_running_requests),
     ]
     if options.skip_tokenizer_init:
         args.append("--skip-tokenizer-init")
@@ -144,13 +132,8 @@ class SGLangServer:
             self.name, sglang_command(self.model_path, self.port, self.options), engine_env(), self.log_dir
         ).start()
         try:
-            wait_until(
-                lambda: http_ok(f"{self.url}/health"),
-                self.start_timeout_s,
-                f"SGLang {self.name} at {self.url} answering /health",
-                alive=[self.component],
-                every_s=1.0,
-            )
+            wait_until(lambda: http_ok(f"{self.url}/health"), self.start_timeout_s,
+                       f"SGLang {self.name} at {self.url} answering /health", alive=[self.component], every_s=1.0)
         except BaseException:
             self.stop()
             raise
@@ -193,20 +176,11 @@ def start_side_by_side(servers: Sequence[SGLangServer]) -> list[SGLangServer]:
 def smg_command(worker_urls: Sequence[str], port: int, prometheus_port: int, policy: str = "cache_aware") -> list[str]:
     # smg binds 0.0.0.0 (ports 30000 and 29000) unless told otherwise: both hosts are always given.
     return [
-        str(engine_venv() / "bin" / "smg"),
-        "launch",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--worker-urls",
-        *worker_urls,
-        "--policy",
-        policy,
-        "--prometheus-host",
-        "127.0.0.1",
-        "--prometheus-port",
-        str(prometheus_port),
+        str(engine_venv() / "bin" / "smg"), "launch",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--worker-urls", *worker_urls,
+        "--policy", policy,
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus_port),
     ]
 
 
@@ -236,12 +210,8 @@ class SmgRouter:
             "smg", smg_command(self.worker_urls, self.port, self.prometheus_port, self.policy), env, self.log_dir
         ).start()
         try:
-            wait_until(
-                lambda: http_ok(f"{self.url}/readiness"),
-                self.start_timeout_s,
-                f"smg router at {self.url} ready with {len(self.worker_urls)} workers",
-                alive=[self.component],
-            )
+            wait_until(lambda: http_ok(f"{self.url}/readiness"), self.start_timeout_s,
+                       f"smg router at {self.url} ready with {len(self.worker_urls)} workers", alive=[self.component])
         except BaseException:
             self.stop()
             raise
@@ -269,17 +239,10 @@ def serve(argv: Sequence[str] | None = None) -> None:
     if reason:
         sys.exit(f"sglang-serve: error: {reason}")
     log_dir = args.log_dir or cache_root() / "sglang-serve"
-    server = SGLangServer(
-        tiny_model_dir(),
-        log_dir,
-        ServerOptions(skip_tokenizer_init=not args.with_tokenizer),
-        port=args.port,
-        name=f"sglang-{args.port}",
-    )
-    print(
-        f"starting SGLang 0.5.23 on the CPU (model {server.model_path}, log {log_dir}/{server.name}.log) ...",
-        flush=True,
-    )
+    server = SGLangServer(tiny_model_dir(), log_dir, ServerOptions(skip_tokenizer_init=not args.with_tokenizer),
+                          port=args.port, name=f"sglang-{args.port}")
+    print(f"starting SGLang 0.5.23 on the CPU (model {server.model_path}, log {log_dir}/{server.name}.log) ...",
+          flush=True)
     try:
         server.start()
         print(f"SGLang is up at {server.url} (started in {server.started_in_s:.0f} s); Ctrl-C stops it", flush=True)

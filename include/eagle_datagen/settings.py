@@ -1,17 +1,19 @@
 """The settings of a run, declared once: their defaults (and why), and where each front end takes them.
 
-A run is configured from three front ends: the `eagle-datagen run` flags (cli/run.py, cli/arguments.py), the recipe
-(sources/recipe.py) and, in Airflow, the trigger form (plugins/eagle_datagen_airflow/form.py), the SGLang
-connection and the DAG itself, which reach the steps as a `generation.steps.RunConfig`. Every setting is a
-`Setting` below; the front ends take their constant defaults from here (`default_of`), and
-tests/test_settings.py fails when a flag, a recipe key, a form param, a connection key or a `RunConfig` field
-exists that this table does not declare, when a declared one is missing, or when a setting is missing from a
-front end without `only` saying why (a front-end-only setting).
+A run is configured from three front ends: the `eagle-datagen run` flags, the recipe (sources/recipe.py) and, in
+Airflow, the trigger form, the SGLang connection and the DAG itself, which reach the steps as a
+`generation.steps.RunConfig`. Every setting is a `Setting` below. The flags are built from its `Flag`
+(cli/flags.py), the form's params from its `FormParam` (plugins/eagle_datagen_airflow/form.py), the front ends'
+values become `RunConfig` fields by the maps below (`from_flags`, `from_form`, `from_connection`), the recipe
+schema takes its defaults from here (`default_of`), and docs/configuration.md's table is `reference_table()`.
+tests/dags/test_run_settings.py fails when a flag, a recipe key, a form param, a connection key or a `RunConfig`
+field exists that this table does not declare, when a declared one is missing, when a flag or param is not the
+one its declaration builds, or when a setting is missing from a front end without `only` saying why.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # The defaults several modules need; the table below is their one declaration.
@@ -31,6 +33,54 @@ PROFILE = "kimi-k2.5"
 BALANCE = "prefix-affinity"
 
 
+# The groups of `eagle-datagen run --help` (`tokenize` has the first two).
+SOURCES = "prompt sources (give --recipe or --prompts)"
+MODEL = "model"
+SGLANG = "SGLang"
+SAMPLING_FLAGS = "sampling (override the recipe for every category)"
+OUTPUT = "output, shards and resume"
+PUBLISH = "validation and publishing"
+# The sections of the Airflow trigger form.
+FORM_SAMPLING = "Prompts and sampling"
+FORM_RUN = "Run"
+FORM_DEPLOYMENT = "Deployment and storage"
+FORM_SECTIONS = (FORM_SAMPLING, FORM_RUN, FORM_DEPLOYMENT)  # in the form's order
+# An s3:// prefix or an absolute local folder (a relative path means nothing on a worker).
+OUTPUT_PATTERN = r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.*)$"
+SHOWN = object()  # a form param's default: the value the form shows (the recipe's or the deployment's), else `default`
+
+
+@dataclass(frozen=True)
+class Flag:
+    """The `eagle-datagen run` flag of a setting, as cli/flags.py builds it with argparse. A bool setting is a
+    store_true flag; the flag's default is the setting's, except None where a lower layer (a recipe key) decides,
+    and [] for a repeated flag. `help` may say {default} and {choices}."""
+
+    group: str  # the --help group (SOURCES, MODEL, ...)
+    help: str
+    metavar: str | None = None
+    type: str | None = None  # an argument type of cli/arguments.py by name, or a builtin ("int")
+    choices: str | None = None  # "module:NAME" of the allowed values
+    repeat: bool = False  # action="append": the flag may be given several times
+    required: bool = False
+    unset: bool = False  # the flag defaults to None although the setting has a default: `why` says what decides
+
+
+@dataclass(frozen=True)
+class FormParam:
+    """The Airflow trigger form's param of a setting, as plugins/eagle_datagen_airflow/form.py builds the `Param`:
+    JSON-schema `type` (["null", type] when the value shown is None, or always when `nullable`), further schema
+    keywords, title, section and description (which may say {category} and {unset}: what empty means)."""
+
+    type: str
+    title: str
+    description: str
+    section: str
+    schema: dict = field(default_factory=dict)
+    nullable: bool = False
+    default: Any = SHOWN  # a fixed default of the form itself (force_regenerate: False)
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -42,6 +92,8 @@ class Setting:
     airflow: str | None = None  # how Airflow sets it without a form param: "extra:<key>", "env:<VAR>", or a phrase
     config: str | None = None  # the field of generation.steps.RunConfig that carries it to the steps
     only: str = ""  # why a front end lacks it (required when one does)
+    flag: Flag | None = None  # how cli/flags.py builds the flag `cli` (None: written by hand in cli/run.py)
+    param: FormParam | None = None  # how form.py builds the param `form` (None: written by hand in form.py)
 
     @property
     def in_cli(self) -> bool:
@@ -66,24 +118,34 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         [],
         "no default source: a run names its prompts",
         cli="--prompts",
+        flag=Flag(
+            SOURCES,
+            help=(
+                "prompt records (data contract v1) to read; repeat for several sources. Each record must carry its "
+                "own category."
+            ),
+            metavar="SRC",
+            type="source_spec",
+            repeat=True,
+        ),
         recipe="category.sources",
         config="prompts",
         only="Airflow runs read the sources of the DAG's recipe category",
-    ),
-    Setting(
-        "recipe",
-        None,
-        "optional: --prompts alone is a run",
-        cli="--recipe",
-        airflow="env:EAGLE_DATAGEN_RECIPE",
-        config="recipe",
-        only="the recipe is the file itself",
     ),
     Setting(
         "prompts_format",
         None,
         "detected per record, so mixed sources need no flag",
         cli="--prompts-format",
+        flag=Flag(
+            SOURCES,
+            help=(
+                "format of every --prompts source: {choices} (default: detected per record; a recipe names format: "
+                "per source). See docs/prompt-sources.md"
+            ),
+            metavar="FORMAT",
+            choices="eagle_datagen.sources.formats:FORMAT_NAMES",
+        ),
         recipe="source.format",
         config="prompts_format",
         only="Airflow: the recipe's per-source format",
@@ -93,6 +155,16 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         {},
         "the formats' own column names",
         cli="--prompts-column",
+        flag=Flag(
+            SOURCES,
+            help=(
+                "read a format's FIELD (prompt, instruction, conversations, messages, id, category, system, ...) "
+                "from the sources' COLUMN; repeatable"
+            ),
+            metavar="FIELD=COLUMN",
+            type="column_mapping",
+            repeat=True,
+        ),
         recipe="source.columns",
         config="prompts_columns",
         only="Airflow: the recipe's per-source columns",
@@ -102,9 +174,31 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "keep: earlier replies are the conversation's context",
         cli="--prompts-history",
+        flag=Flag(
+            SOURCES,
+            help=(
+                "earlier assistant replies of a conversation: keep them as history (default) or drop them and "
+                "everything after the first user turn; trailing replies are always cut"
+            ),
+            choices="eagle_datagen.sources.formats:HISTORY_POLICIES",
+        ),
         recipe="source.history",
         config="prompts_history",
         only="Airflow: the recipe's per-source history",
+    ),
+    Setting(
+        "recipe",
+        None,
+        "optional: --prompts alone is a run",
+        cli="--recipe",
+        flag=Flag(
+            SOURCES,
+            help="recipe YAML mapping categories to sources, caps and sampling (see include/recipes/)",
+            metavar="FILE",
+        ),
+        airflow="env:EAGLE_DATAGEN_RECIPE",
+        config="recipe",
+        only="the recipe is the file itself",
     ),
     Setting(
         "dataset_split",
@@ -140,6 +234,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "every category of the recipe",
         cli="--categories",
+        flag=Flag(
+            SOURCES,
+            help="only these categories (default: all)",
+            metavar="a,b",
+            type="category_list",
+        ),
         recipe="categories",
         airflow="one DAG per category",
         config="categories",
@@ -149,7 +249,20 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "every prompt; a limit is for trying a run small",
         cli="--limit",
+        flag=Flag(
+            SOURCES,
+            help="at most N prompts per category, sampled deterministically (default: no limit)",
+            metavar="N",
+            type="positive_int",
+        ),
         form="limit",
+        param=FormParam(
+            "integer",
+            "Prompt limit",
+            "At most this many {category} prompts, chosen deterministically. Empty: every prompt.",
+            FORM_SAMPLING,
+            schema={"minimum": 1},
+        ),
         config="limit",
         only="the recipe caps with max_prompts",
     ),
@@ -158,6 +271,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         0,
         "a fixed seed, so caps select the same prompts on every rerun",
         cli="--seed",
+        flag=Flag(
+            SOURCES,
+            help="seed of the sampling under caps and --limit (default: the recipe's, else 0)",
+            metavar="N",
+            type="int",
+        ),
         recipe="seed",
         config="seed",
         only=_RECIPE_FOR_AIRFLOW,
@@ -167,6 +286,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         0.05,
         "a few bad records are normal; more means a wrong source or format",
         cli="--max-reject-rate",
+        flag=Flag(
+            SOURCES,
+            help="fail when more than this fraction of records is rejected (default: the recipe's, else 0.05)",
+            metavar="R",
+            type="fraction",
+        ),
         recipe="max_reject_rate",
         config="max_reject_rate",
         only=_RECIPE_FOR_AIRFLOW,
@@ -176,6 +301,16 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         [],
         "decontamination is opt-in: which benchmarks matter depends on the drafter",
         cli="--benchmark",
+        flag=Flag(
+            SOURCES,
+            help=(
+                "reject prompts whose user text shares a long n-gram with an item of this benchmark set (a file, "
+                "folder or dataset of prompts), or equals one, as benchmark_overlap; repeatable; 'humaneval' alone "
+                "is the shipped HumanEval set (beside the recipe's decontamination.benchmarks)"
+            ),
+            metavar="NAME=PATH",
+            repeat=True,
+        ),
         recipe="decontamination.benchmarks",
         config="benchmarks",
         only=_RECIPE_FOR_AIRFLOW,
@@ -185,6 +320,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         13,
         "13 words: the n-gram length of the usual contamination studies",
         cli="--benchmark-ngram",
+        flag=Flag(
+            SOURCES,
+            help="words per n-gram of the benchmark overlap check (default: the recipe's, else 13)",
+            metavar="N",
+            type="positive_int",
+        ),
         recipe="decontamination.ngram",
         config="benchmark_ngram",
         only=_RECIPE_FOR_AIRFLOW,
@@ -194,8 +335,28 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "off; 0.7 when on: one word changed in 36 keeps 0.84",
         cli="--near-duplicate-threshold",
+        flag=Flag(
+            SOURCES,
+            help=(
+                "reject prompts whose MinHash similarity to a prompt kept before them is at least T, as "
+                "near_duplicate (default: the recipe's near_duplicates, else off; 0.7 is its default threshold)"
+            ),
+            metavar="T",
+            type="probability",
+        ),
         recipe="near_duplicates.threshold",
         form="near_duplicate_threshold",
+        param=FormParam(
+            "number",
+            "Near-duplicate threshold",
+            (
+                "Leave out prompts whose MinHash similarity to a prompt kept before them (in this "
+                "category) is at least this. Empty: off. Default: the recipe's near_duplicates."
+            ),
+            FORM_SAMPLING,
+            schema={"exclusiveMinimum": 0, "maximum": 1},
+            nullable=True,
+        ),
         config="near_duplicate_threshold",
     ),
     Setting(
@@ -217,6 +378,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         MAX_RECORD_BYTES,
         "1 MB of prompt JSON is far above any real prompt",
         cli="--max-record-bytes",
+        flag=Flag(
+            SOURCES,
+            help="reject records whose prompt JSON is larger than N bytes (default: {default})",
+            metavar="N",
+            type="positive_int",
+        ),
         config="max_record_bytes",
         only="a reader's safety limit, for the rare source with huge records",
     ),
@@ -226,6 +393,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "no default: it must be the served model's",
         cli="--tokenizer",
+        flag=Flag(
+            MODEL,
+            help="tokenizer directory or hub id of the target model, or standin:kimi-k2.5",
+            metavar="TOK",
+            required=True,
+        ),
         airflow="extra:tokenizer",
         config="tokenizer",
         only=_DEPLOYMENT,
@@ -235,6 +408,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         PROFILE,
         "Kimi-K2.5 is the first target",
         cli="--profile",
+        flag=Flag(
+            MODEL,
+            help="model profile: a shipped name (kimi-k2.5, qwen3, deepseek-r1) or a YAML file (default: {default})",
+            metavar="NAME|FILE",
+        ),
         airflow="extra:profile",
         config="profile",
         only=_DEPLOYMENT,
@@ -244,6 +422,13 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         False,
         "never on by default: tokenizer code runs with the worker's rights",
         cli="--trust-remote-code",
+        flag=Flag(
+            MODEL,
+            help=(
+                "allow the tokenizer to run its own Python code (needed by the real Kimi tokenizer; only for sources "
+                "you trust)"
+            ),
+        ),
         airflow="extra:trust_remote_code",
         config="trust_remote_code",
         only=_DEPLOYMENT,
@@ -253,6 +438,14 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         False,
         "special-token text in a record forges turn boundaries",
         cli="--allow-special-token-text",
+        flag=Flag(
+            MODEL,
+            help=(
+                "keep records whose text (a user typing <|im_end|> or <think>) would become special tokens the chat "
+                "template did not place; by default they are rejected as special_token_text (default: the recipe's, "
+                "else off)"
+            ),
+        ),
         recipe="allow_special_token_text",
         config="allow_special_token_text",
         only="an opt-in for a reviewed prompt set: " + _RECIPE_FOR_AIRFLOW,
@@ -262,6 +455,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         32768,
         "longer prompts are rare and leave little room for the answer",
         cli="--max-prompt-tokens",
+        flag=Flag(
+            MODEL,
+            help="reject prompts longer than N tokens (default: the recipe's, else 32768)",
+            metavar="N",
+            type="positive_int",
+        ),
         recipe="defaults.max_prompt_tokens",
         config="max_prompt_tokens",
         only=_RECIPE_FOR_AIRFLOW,
@@ -272,18 +471,40 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         [],
         "no default: the servers are the deployment's",
         cli="--sglang-url",
+        flag=Flag(
+            SGLANG,
+            help="base URL of an SGLang server or router (http://host:30000); repeat for replicas",
+            metavar="URL",
+            repeat=True,
+            required=True,
+        ),
         airflow="extra:urls",
         config="sglang_urls",
         only=_DEPLOYMENT,
     ),
     Setting(
-        "model", None, "the profile's model", cli="--model", airflow="extra:model", config="model", only=_DEPLOYMENT
+        "model",
+        None,
+        "the profile's model",
+        cli="--model",
+        flag=Flag(
+            SGLANG,
+            help="the model the servers must serve (default: the profile's, e.g. moonshotai/Kimi-K2.5)",
+            metavar="NAME",
+        ),
+        airflow="extra:model",
+        config="model",
+        only=_DEPLOYMENT,
     ),
     Setting(
         "allow_model_mismatch",
         False,
         "data from another model than intended is worse than no data",
         cli="--allow-model-mismatch",
+        flag=Flag(
+            SGLANG,
+            help="go on when /get_model_info reports another model than --model",
+        ),
         config="allow_model_mismatch",
         only="a hand override for a renamed model; a scheduled run never has it",
     ),
@@ -292,6 +513,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "1.25 x the server's max_running_requests keeps every slot busy",
         cli="--concurrency",
+        flag=Flag(
+            SGLANG,
+            help="requests in flight per endpoint (default: 1.25 x the server's max_running_requests)",
+            metavar="N",
+            type="positive_int",
+        ),
         airflow="extra:concurrency",
         config="concurrency",
         only=_DEPLOYMENT,
@@ -301,6 +528,16 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         BALANCE,
         "a prompt's samples and prompts sharing leading ids on one replica, so its prefix cache serves them",
         cli="--balance",
+        flag=Flag(
+            SGLANG,
+            help=(
+                "how requests are spread over several --sglang-url replicas: prefix-affinity sends a prompt's "
+                "samples and prompts sharing leading ids to one replica (bounded load), so its prefix cache serves "
+                "them; least-outstanding ignores the prompt (default: prefix-affinity; one URL, such as a router: no "
+                "effect)"
+            ),
+            choices="eagle_datagen.inference.affinity:BALANCE_POLICIES",
+        ),
         airflow="extra:balance",
         config="balance",
         only=_DEPLOYMENT,
@@ -310,6 +547,15 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         MAX_ATTEMPTS,
         "8 attempts with backoff ride out a replica restart",
         cli="--max-attempts",
+        flag=Flag(
+            SGLANG,
+            help=(
+                "attempts per sample for transient failures (503, 429, 408, 5xx, aborts, disconnects, timeouts) "
+                "before it is left for a rerun (default: {default})"
+            ),
+            metavar="N",
+            type="positive_int",
+        ),
         config="max_attempts",
         only="Airflow keeps the default: its task retries resend what is left",
     ),
@@ -318,6 +564,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         REQUEST_TIMEOUT_S,
         "an hour: a 32k-token reasoning sample can take many minutes",
         cli="--request-timeout",
+        flag=Flag(
+            SGLANG,
+            help="seconds one /generate request may take (default: {default})",
+            metavar="S",
+            type="positive_float",
+        ),
         config="request_timeout_s",
         only="a hand tuning for one deployment; Airflow keeps the default",
     ),
@@ -327,6 +579,15 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "2 minutes of a server counting fewer requests than the run has there: polls 5 s apart agree by then, "
         "and a lost request costs minutes, not the hour of the request timeout",
         cli="--lost-after",
+        flag=Flag(
+            SGLANG,
+            help=(
+                "when a server counts fewer requests (its /v1/loads) than the run has there for S seconds, the "
+                "difference is lost: the oldest are sent again elsewhere, the first answer kept (default: {default})"
+            ),
+            metavar="S",
+            type="positive_float",
+        ),
         config="lost_after_s",
         only="a hand tuning for one deployment; Airflow keeps the default",
     ),
@@ -335,6 +596,15 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         GIVE_UP_AFTER_S,
         "10 minutes of every endpoint failing is an outage, not a blip",
         cli="--give-up-after",
+        flag=Flag(
+            SGLANG,
+            help=(
+                "when every endpoint has been failing for S seconds, stop and leave the remaining samples for a "
+                "rerun (default: {default})"
+            ),
+            metavar="S",
+            type="positive_float",
+        ),
         config="give_up_after_s",
         only="Airflow keeps the default: a failed task is retried by Airflow",
     ),
@@ -343,6 +613,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         WAIT_READY_S,
         "30 s covers a server finishing its start; longer belongs to a retry",
         cli="--wait-ready",
+        flag=Flag(
+            SGLANG,
+            help="how long the preflight waits for a server that is still starting (default: {default})",
+            metavar="S",
+            type="non_negative_float",
+        ),
         config="wait_ready_s",
         only="Airflow keeps the default: the preflight task retries",
     ),
@@ -351,8 +627,26 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         MIN_ENDPOINTS,
         "one healthy replica can do the work: a broken one is left out with a warning, not a failed night",
         cli="--min-endpoints",
+        flag=Flag(
+            SGLANG,
+            help=(
+                "endpoints that must pass preflight; one that fails (unreachable, wrong model, a reasoning parser, "
+                "the echo bug, watermarking) is left out with a warning, and the run stops only when fewer than N "
+                "pass (default: the recipe's min_endpoints, else {default})"
+            ),
+            metavar="N",
+            type="positive_int",
+        ),
         recipe="min_endpoints",
         form="min_endpoints",
+        param=FormParam(
+            "integer",
+            "Minimum endpoints",
+            "SGLang endpoints that must pass preflight; one that fails is left out of the run with a warning, and "
+            "the run fails only when fewer than this pass. Default: the recipe's min_endpoints, else 1.",
+            FORM_DEPLOYMENT,
+            schema={"minimum": 1},
+        ),
         config="min_endpoints",
     ),
     Setting(
@@ -360,6 +654,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         True,
         "one request proves the deployment before any GPU time is spent",
         cli="--no-canary",
+        flag=Flag(
+            SGLANG,
+            help="skip the canary generation of the preflight (health, model and version are still checked)",
+        ),
         config="canary",
         only="an escape hatch by hand; a scheduled run always checks",
     ),
@@ -369,8 +667,24 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         8192,
         "room for long reasoning; the recipe sets it per category",
         cli="--max-new-tokens",
+        flag=Flag(
+            SAMPLING_FLAGS,
+            help="most tokens generated per sample (default: the recipe's, else 8192)",
+            metavar="N",
+            type="positive_int",
+        ),
         recipe="defaults.sampling.max_new_tokens",
         form="max_new_tokens",
+        param=FormParam(
+            "integer",
+            "Max new tokens",
+            (
+                "Longest output per sample; longer ones are quarantined as finish_length. Default: the "
+                "recipe's value. {unset}"
+            ),
+            FORM_SAMPLING,
+            schema={"minimum": 1},
+        ),
         config="max_new_tokens",
     ),
     Setting(
@@ -378,8 +692,21 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         1.0,
         "Kimi-K2.5's recommended sampling: the drafter learns the served distribution",
         cli="--temperature",
+        flag=Flag(
+            SAMPLING_FLAGS,
+            help="sampling temperature (default: the recipe's, else the profile's: 1.0 for Kimi)",
+            metavar="T",
+            type="non_negative_float",
+        ),
         recipe="defaults.sampling.temperature",
         form="temperature",
+        param=FormParam(
+            "number",
+            "Temperature",
+            "Sampling temperature (0-2). Default: the recipe's value. {unset}",
+            FORM_SAMPLING,
+            schema={"minimum": 0, "maximum": 2},
+        ),
         config="temperature",
     ),
     Setting(
@@ -387,8 +714,21 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         0.95,
         "Kimi-K2.5's recommended sampling",
         cli="--top-p",
+        flag=Flag(
+            SAMPLING_FLAGS,
+            help="nucleus sampling (default: the recipe's, else the profile's: 0.95 for Kimi)",
+            metavar="P",
+            type="probability",
+        ),
         recipe="defaults.sampling.top_p",
         form="top_p",
+        param=FormParam(
+            "number",
+            "Top p",
+            "Nucleus sampling (above 0, at most 1). Default: the recipe's value. {unset}",
+            FORM_SAMPLING,
+            schema={"exclusiveMinimum": 0, "maximum": 1},
+        ),
         config="top_p",
     ),
     Setting(
@@ -396,6 +736,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "off, as Kimi-K2.5 is served",
         cli="--top-k",
+        flag=Flag(
+            SAMPLING_FLAGS,
+            help="top-k sampling, -1 for off (default: off)",
+            metavar="K",
+            type="top_k",
+        ),
         recipe="defaults.sampling.top_k",
         config="top_k",
         only=_RECIPE_FOR_AIRFLOW,
@@ -412,8 +758,21 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         1,
         "one sample per prompt; more for a small prompt set",
         cli="--samples-per-prompt",
+        flag=Flag(
+            SAMPLING_FLAGS,
+            help="samples per prompt, each with its own seed (default: the recipe's, else 1)",
+            metavar="K",
+            type="positive_int",
+        ),
         recipe="defaults.samples_per_prompt",
         form="samples_per_prompt",
+        param=FormParam(
+            "integer",
+            "Samples per prompt",
+            "Generations per prompt, each with its own sampling seed (1-64).",
+            FORM_SAMPLING,
+            schema={"minimum": 1, "maximum": 64},
+        ),
         config="samples_per_prompt",
     ),
     Setting(
@@ -421,8 +780,26 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "last",
         "one sample per record: the answer to its last message",
         cli="--turns",
+        flag=Flag(
+            SAMPLING_FLAGS,
+            help=(
+                "last: one sample per record (the last answer); each: one sample per assistant turn, generated "
+                "on-policy with tool loops continued from recorded results (default: the recipe's, else last; "
+                "docs/multi-turn.md)"
+            ),
+            choices="eagle_datagen.conversation:TURNS",
+        ),
         recipe="defaults.turns",
         form="turns",
+        param=FormParam(
+            "string",
+            "Turns",
+            (
+                "last: one sample per record (its last answer). each: one sample per assistant turn, "
+                "generated on-policy, tool loops continued with the recorded tool results (docs/multi-turn.md)."
+            ),
+            FORM_SAMPLING,
+        ),
         config="turns",
     ),
     Setting(
@@ -438,7 +815,20 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "no default on the command line; the form's is EAGLE_DATAGEN_OUTPUT",
         cli="--output",
+        flag=Flag(
+            OUTPUT,
+            help="output root: a local folder or s3://bucket/prefix",
+            metavar="ROOT",
+            required=True,
+        ),
         form="output",
+        param=FormParam(
+            "string",
+            "Output root",
+            "s3://bucket/prefix or an absolute folder; runs, manifests and releases go under it.",
+            FORM_DEPLOYMENT,
+            schema={"pattern": OUTPUT_PATTERN},
+        ),
         config="output",
         only=_DEPLOYMENT,
     ),
@@ -447,6 +837,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "a new UTC timestamp id; reused to resume",
         cli="--run-id",
+        flag=Flag(
+            OUTPUT,
+            help="name of the run (default: a new UTC timestamp id); reuse it to resume a run",
+            metavar="ID",
+        ),
         airflow="from the DAG run id (runs.run_id_for)",
         config="run_id",
         only="a name of one run",
@@ -456,7 +851,21 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         False,
         "a run by hand generates what it is told; the nightly DAG is incremental",
         cli="--incremental",
+        flag=Flag(
+            OUTPUT,
+            help=(
+                "generate only samples that no run under ROOT has yet (same prompt, sample index, model and "
+                "sampling): the nightly refresh"
+            ),
+        ),
         form="force_regenerate",
+        param=FormParam(
+            "boolean",
+            "Force regenerate",
+            "Generate every sample again, also those a published run already has (not incremental).",
+            FORM_RUN,
+            default=False,
+        ),
         config="incremental",
         only="one run's choice (the form's force_regenerate is its inverse)",
     ),
@@ -465,6 +874,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         False,
         "by hand: samples of any weights count",
         cli="--per-weight-version",
+        flag=Flag(
+            OUTPUT,
+            help="with --incremental: samples made with other weights do not count, so new weights regenerate",
+        ),
         airflow="always on: new weights make every sample new",
         config="per_weight_version",
         only="one run's choice",
@@ -474,6 +887,17 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         CLAIM_TTL_S,
         "an hour outlasts a live run's quiet spells; a longer silence is a death",
         cli="--claim-ttl",
+        flag=Flag(
+            OUTPUT,
+            help=(
+                "with --incremental: the samples planned by another run under ROOT that has not published yet count "
+                "as existing while that run wrote something in the last S seconds (default: 3600, longer than a live "
+                "run stays silent); an older run's samples are generated again"
+            ),
+            metavar="S",
+            type="positive_float",
+            unset=True,
+        ),
         airflow="env:EAGLE_DATAGEN_CLAIM_TTL",
         config="claim_ttl_s",
         only="a fact of the deployment's pool waits",
@@ -483,7 +907,20 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         SHARD_SIZE,
         "1000 prompts: minutes of work per mapped task, few tasks per run",
         cli="--shard-size",
+        flag=Flag(
+            OUTPUT,
+            help="prompts per shard (default: {default})",
+            metavar="N",
+            type="positive_int",
+        ),
         form="shard_size",
+        param=FormParam(
+            "integer",
+            "Shard size",
+            "Prompts per shard; each shard is one mapped task in the sglang pool.",
+            FORM_RUN,
+            schema={"minimum": 1},
+        ),
         config="shard_size",
         only="a unit of scheduling, not of the prompt set",
     ),
@@ -492,6 +929,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         CHECKPOINT_EVERY,
         "64 samples: a crash loses little, the store sees few writes",
         cli="--checkpoint-every",
+        flag=Flag(
+            OUTPUT,
+            help="write finished samples to ROOT/checkpoints when N are waiting (default: {default})",
+            metavar="N",
+            type="positive_int",
+        ),
         config="checkpoint_every",
         only="a tuning of the writer; Airflow keeps the default",
     ),
@@ -500,6 +943,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         CHECKPOINT_INTERVAL_S,
         "2 s: a slow run still checkpoints often",
         cli="--checkpoint-interval",
+        flag=Flag(
+            OUTPUT,
+            help="... or when the oldest has waited S seconds (default: {default})",
+            metavar="S",
+            type="positive_float",
+        ),
         config="checkpoint_interval_s",
         only="a tuning of the writer; Airflow keeps the default",
     ),
@@ -508,6 +957,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "one per 2000 prompts, up to the CPU count",
         cli="--processes",
+        flag=Flag(
+            OUTPUT,
+            help="worker processes for tokenization (default: one per 2000 prompts)",
+            metavar="N",
+            type="positive_int",
+        ),
         config="processes",
         only="a property of the machine; Airflow workers use the default",
     ),
@@ -517,7 +972,24 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         DRAFT_VOCAB_SIZE,
         "32000: EAGLE-3's draft vocabulary for large targets",
         cli="--draft-vocab-size",
+        flag=Flag(
+            PUBLISH,
+            help=(
+                "tokens in the EAGLE-3 draft vocabulary (d2t/t2d) built from the run's trained tokens; fails when "
+                "the run has fewer distinct tokens (default: 32000, skipped with a warning for such a run)"
+            ),
+            metavar="K",
+            type="positive_int",
+            unset=True,
+        ),
         form="draft_vocab_size",
+        param=FormParam(
+            "integer",
+            "Draft vocabulary size",
+            "K most frequent trained tokens in the run's draft vocabulary (EAGLE-3 d2t/t2d).",
+            FORM_RUN,
+            schema={"minimum": 1},
+        ),
         config="draft_vocab_size",
         only="a training choice, not of the prompt set",
     ),
@@ -526,6 +998,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         None,
         "no limit: long reasoning is what the drafter must learn",
         cli="--max-reasoning-tokens",
+        flag=Flag(
+            PUBLISH,
+            help="quarantine samples whose reasoning (before </think>) is longer than N tokens (default: no limit)",
+            metavar="N",
+            type="positive_int",
+        ),
         config="max_reasoning_tokens",
         only="not yet in the recipe or the form",
     ),
@@ -534,8 +1012,34 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         {},
         "validation/diagnosis.py's thresholds, tuned per reason",
         cli="--max-rate",
+        flag=Flag(
+            PUBLISH,
+            help=(
+                "the highest acceptable share of samples with this reject reason (repeatable, e.g. "
+                "prompt_echo=0.05); above it the run stops with its diagnosis, as soon as the answers show it. For a "
+                "server fault (prompt_echo, completion_tokens_mismatch, prompt_tokens_mismatch, id_out_of_range) it "
+                "is the share of an endpoint's last 50 answers above which the endpoint is taken out (at least 3 of "
+                "them). Default: the recipe's max_rates, else validation/diagnosis.py's"
+            ),
+            metavar="REASON=RATE",
+            type="max_rate",
+            repeat=True,
+        ),
         recipe="max_rates",
         form="max_rates",
+        param=FormParam(
+            "object",
+            "Max rate per reject reason",
+            (
+                "Highest acceptable share of samples per reject reason (0-1): above it the run stops with "
+                "its diagnosis as soon as the answers show it. For a server fault (prompt_echo, "
+                "completion_tokens_mismatch, prompt_tokens_mismatch, id_out_of_range) it is the share of an endpoint's "
+                "last 50 answers above which the endpoint is taken out of the run (at least 3). Default: the recipe's "
+                "max_rates over the built-in values."
+            ),
+            FORM_RUN,
+            schema={"additionalProperties": False},
+        ),
         config="max_rates",
     ),
     Setting(
@@ -558,6 +1062,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         False,
         "a triggered run generates",
         form="dry_run",
+        param=FormParam("boolean", "Dry run", "Preflight and plan only (writes the plan), generate nothing.", FORM_RUN),
         config="dry_run",
         only="Airflow-only: on the command line `tokenize` is the dry run",
     ),
@@ -566,6 +1071,16 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "sglang_default",
         "Airflow's naming convention",
         form="sglang_conn_id",
+        param=FormParam(
+            "string",
+            "SGLang connection",
+            (
+                "Airflow connection of the SGLang deployment: host and port, or extra "
+                '{"urls": [...]} for several replicas, and extra "tokenizer".'
+            ),
+            FORM_DEPLOYMENT,
+            schema={"minLength": 1},
+        ),
         only="Airflow-only: the connection that holds the deployment's settings",
     ),
     Setting(
@@ -573,6 +1088,16 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "aws_default",
         "the Amazon provider's default connection",
         form="aws_conn_id",
+        param=FormParam(
+            "string",
+            "AWS connection",
+            (
+                "Amazon provider connection for the object store (endpoint_url in its extra for "
+                "S3-compatible stores). Without it, the worker's AWS environment is used."
+            ),
+            FORM_DEPLOYMENT,
+            schema={"minLength": 1},
+        ),
         only="Airflow-only: the command line reads the AWS environment",
     ),
 )
@@ -618,9 +1143,7 @@ PRECEDENCE = (
 SAMPLING = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p")
 
 
-def resolve(
-    name: str, *, given: Any = None, category: Any = None, defaults: Any = None, profile: Any = None
-) -> Any:
+def resolve(name: str, *, given: Any = None, category: Any = None, defaults: Any = None, profile: Any = None) -> Any:
     """The value of setting `name`: the first of `PRECEDENCE` that is not None, else the declared default."""
     for value in (given, category, defaults, profile):
         if value is not None:
@@ -690,6 +1213,28 @@ _FROM_FRONT_END = {  # the few settings whose front-end value is not the setting
 def flag_dest(entry: Setting) -> str:
     """The argparse attribute of the setting's flag."""
     return entry.cli.removeprefix("--").replace("-", "_")
+
+
+def choices_of(entry: Setting) -> tuple[str, ...] | None:
+    """The allowed values of a setting (its flag's choices, the form's enum), imported where they are defined."""
+    if not (entry.flag and entry.flag.choices):
+        return None
+    import importlib
+
+    module, _, name = entry.flag.choices.partition(":")
+    return tuple(getattr(importlib.import_module(module), name))
+
+
+def flag_default(entry: Setting) -> Any:
+    """The argparse default of the setting's flag: [] for a repeated flag; None where a lower layer may decide
+    (a recipe key, or `Flag.unset`); False for a bool flag (the recipe's None); else the declared default."""
+    if entry.flag and entry.flag.repeat:
+        return []
+    if entry.recipe or (entry.flag and entry.flag.unset):
+        return None
+    if isinstance(entry.default, bool):
+        return False  # a store_true flag, also --no-canary for a setting on by default
+    return entry.default
 
 
 def from_flags(args: dict[str, Any]) -> dict[str, Any]:

@@ -44,7 +44,8 @@ def deployment(tmp_path_factory):
     with SimServerThread(SimConfig().with_profile("instant")) as sim, pytest.MonkeyPatch.context() as mp:
         mp.setenv("EAGLE_DATAGEN_RECIPE", str(recipe))
         host, port = sim.url.removeprefix("http://").split(":")
-        sglang = {"conn_type": "http", "host": host, "port": int(port), "extra": {"tokenizer": "standin:kimi-k2.5", "trust_remote_code": True}}
+        extra = {"tokenizer": "standin:kimi-k2.5", "trust_remote_code": True}
+        sglang = {"conn_type": "http", "host": host, "port": int(port), "extra": extra}
         mp.setenv("AIRFLOW_CONN_SGLANG_DEFAULT", json.dumps(sglang))
         yield {"folder": folder, "recipe": recipe, "url": sim.url}
 

@@ -230,3 +230,89 @@ def test_every_form_param_and_connection_extra_reaches_run_config():
     extra = {f.name: f"v-{f.name}" for f in dataclasses.fields(Deployment)}
     mapped = settings.from_connection(extra)
     assert set(mapped) == {s.config for s in RUN_SETTINGS if (s.airflow or "").startswith("extra:")}
+
+
+# --- the flags and the form params are built from the declarations (cli/flags.py, form.param)
+
+
+@pytest.mark.parametrize("entry", RUN_SETTINGS, ids=[s.name for s in RUN_SETTINGS])
+def test_a_settings_flag_and_form_param_are_built_from_its_declaration(entry):
+    """Generated from the table, one test per setting: the `run` flag has the declared group, help, metavar,
+    type, choices, action and default; the form param the declared JSON type, schema keywords, title, section
+    and description. A setting with a flag or param but no `Flag`/`FormParam` is a hand-written one."""
+    import argparse
+
+    from eagle_datagen.cli.flags import flag_arguments
+    from eagle_datagen_airflow.form import category_params
+
+    if entry.cli and entry.flag:
+        action, flag = run_actions()[entry.cli], entry.flag
+        built = flag_arguments(entry)
+        assert action.dest == settings.flag_dest(entry)
+        assert action.help == built["help"] and "{" not in action.help, entry.cli
+        assert action.metavar == flag.metavar and action.required == flag.required
+        assert action.type is built.get("type") and (flag.type is None) == (action.type is None)
+        assert (tuple(action.choices) if action.choices else None) == settings.choices_of(entry)
+        kind = (
+            argparse._StoreTrueAction
+            if isinstance(entry.default, bool)
+            else argparse._AppendAction
+            if flag.repeat
+            else argparse._StoreAction
+        )
+        assert type(action) is kind, entry.cli
+        assert action.default == settings.flag_default(entry)
+        group = next(
+            g for g in build_run_parser()._action_groups if any(a.dest == action.dest for a in g._group_actions)
+        )
+        assert group.title == flag.group
+    if entry.form and entry.param:
+        spec = entry.param
+        bare = Recipe(categories={"x": {"sources": ["x.jsonl"]}})
+        param = category_params(bare, "x", "s3://eagle/datagen", settings.DRAFT_VOCAB_SIZE)[entry.form]
+        schema = param.schema
+        assert schema["type"] == (["null", spec.type] if spec.nullable or param.value is None else spec.type)
+        assert schema["title"] == spec.title and schema["section"] == spec.section
+        assert {k: schema[k] for k in spec.schema} == spec.schema
+        if settings.choices_of(entry):
+            assert schema["enum"] == list(settings.choices_of(entry))
+        assert param.description.startswith(spec.description.split("{")[0])
+        assert "{" not in param.description.replace('{"urls"', ""), entry.form
+        if spec.default is not settings.SHOWN:
+            assert param.value == spec.default
+
+
+def build_run_parser():
+    parser = build_parser()
+    return next(a for a in parser._actions if a.dest == "command").choices["run"]
+
+
+def test_a_new_setting_is_one_declaration(monkeypatch):
+    """A declaration with its Flag and FormParam is enough: the `run` flag and the form param appear, with the
+    declared default, type check and schema, and both reach RunConfig's field by the derived maps."""
+    from eagle_datagen_airflow.form import category_params
+
+    new = settings.Setting(
+        "min_widgets",
+        3,
+        "3 widgets: a test's setting",
+        cli="--min-widgets",
+        form="min_widgets",
+        config="min_widgets",
+        flag=settings.Flag(
+            settings.SGLANG, "at least N widgets (default: {default})", metavar="N", type="positive_int"
+        ),
+        param=settings.FormParam("integer", "Min widgets", "At least this many.", settings.FORM_RUN, {"minimum": 1}),
+    )
+    monkeypatch.setattr(settings, "RUN_SETTINGS", (*RUN_SETTINGS, new))
+    action = run_actions()["--min-widgets"]
+    assert (action.default, action.metavar, action.help) == (3, "N", "at least N widgets (default: 3)")
+    with pytest.raises(SystemExit):  # the declared type checks the value: 0 is not a positive integer
+        build_parser().parse_args(
+            ["run", "--sglang-url", "u", "--output", "o", "--tokenizer", "t", "--min-widgets", "0"]
+        )
+    bare = Recipe(categories={"x": {"sources": ["x.jsonl"]}})
+    param = category_params(bare, "x", "s3://eagle/datagen", 32000)["min_widgets"]
+    assert (param.value, param.schema["type"], param.schema["minimum"]) == (3, "integer", 1)
+    assert settings.from_flags({"min_widgets": 5})["min_widgets"] == 5
+    assert settings.from_form({"min_widgets": 7}) == {"min_widgets": 7}

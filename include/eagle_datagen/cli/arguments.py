@@ -1,5 +1,5 @@
-"""What several commands share: the argument types (a bad value is argparse's one-line usage error), the
-prompt-source and model arguments of `tokenize` and `run`, and the options they build."""
+"""What several commands share: the argument types (a bad value is argparse's one-line usage error; a flag's
+declaration in eagle_datagen/settings.py names its type here) and the options `tokenize` and `run` build."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from eagle_datagen import settings
 from eagle_datagen.errors import DataGenError
-from eagle_datagen.sources.formats import FORMAT_NAMES, HISTORY_POLICIES
 
 if TYPE_CHECKING:
     from eagle_datagen.tokenization.stage import TokenizeOptions
@@ -115,131 +114,6 @@ def category_list(text: str) -> list[str]:
     if not names or bad:
         raise argparse.ArgumentTypeError(f"bad category list {text!r}: give lowercase names separated by commas")
     return names
-
-
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("prompt sources (give --recipe or --prompts)")
-    group.add_argument(
-        "--prompts",
-        action="append",
-        default=[],
-        type=source_spec,
-        metavar="SRC",
-        help="prompt records (data contract v1) to read; repeat for several sources. "
-        "Each record must carry its own category.",
-    )
-    group.add_argument(
-        "--prompts-format",
-        choices=FORMAT_NAMES,
-        metavar="FORMAT",
-        help=f"format of every --prompts source: {', '.join(FORMAT_NAMES)} (default: detected per record; a recipe "
-        "names format: per source). See docs/prompt-sources.md",
-    )
-    group.add_argument(
-        "--prompts-column",
-        action="append",
-        type=column_mapping,
-        default=[],
-        metavar="FIELD=COLUMN",
-        help="read a format's FIELD (prompt, instruction, conversations, messages, id, category, system, ...) from "
-        "the sources' COLUMN; repeatable",
-    )
-    group.add_argument(
-        "--prompts-history",
-        choices=HISTORY_POLICIES,
-        help="earlier assistant replies of a conversation: keep them as history (default) or drop them and "
-        "everything after the first user turn; trailing replies are always cut",
-    )
-    group.add_argument(
-        "--recipe",
-        metavar="FILE",
-        help="recipe YAML mapping categories to sources, caps and sampling (see include/recipes/)",
-    )
-    group.add_argument("--categories", type=category_list, metavar="a,b", help="only these categories (default: all)")
-    group.add_argument(
-        "--limit",
-        type=positive_int,
-        metavar="N",
-        help="at most N prompts per category, sampled deterministically (default: no limit)",
-    )
-    group.add_argument(
-        "--seed",
-        type=int,
-        metavar="N",
-        help="seed of the sampling under caps and --limit (default: the recipe's, else 0)",
-    )
-    group.add_argument(
-        "--max-reject-rate",
-        type=fraction,
-        metavar="R",
-        help="fail when more than this fraction of records is rejected (default: the recipe's, else 0.05)",
-    )
-    group.add_argument(
-        "--benchmark",
-        action="append",
-        default=[],
-        metavar="NAME=PATH",
-        help="reject prompts whose user text shares a long n-gram with an item of this benchmark set (a file, "
-        "folder or dataset of prompts), or equals one, as benchmark_overlap; repeatable; 'humaneval' alone is "
-        "the shipped HumanEval set (beside the recipe's decontamination.benchmarks)",
-    )
-    group.add_argument(
-        "--benchmark-ngram",
-        type=positive_int,
-        metavar="N",
-        help="words per n-gram of the benchmark overlap check (default: the recipe's, else 13)",
-    )
-    group.add_argument(
-        "--near-duplicate-threshold",
-        type=probability,
-        metavar="T",
-        help="reject prompts whose MinHash similarity to a prompt kept before them is at least T, as "
-        "near_duplicate (default: the recipe's near_duplicates, else off; 0.7 is its default threshold)",
-    )
-    group.add_argument(
-        "--max-record-bytes",
-        type=positive_int,
-        default=settings.MAX_RECORD_BYTES,
-        metavar="N",
-        help=f"reject records whose prompt JSON is larger than N bytes (default: {settings.MAX_RECORD_BYTES})",
-    )
-
-
-def add_tokenizer_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("model")
-    group.add_argument(
-        "--tokenizer",
-        required=True,
-        metavar="TOK",
-        help="tokenizer directory or hub id of the target model, or standin:kimi-k2.5",
-    )
-    group.add_argument(
-        "--profile",
-        default=settings.PROFILE,
-        metavar="NAME|FILE",
-        help="model profile: a shipped name (kimi-k2.5, qwen3, deepseek-r1) or a YAML file "
-        f"(default: {settings.PROFILE})",
-    )
-    group.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="allow the tokenizer to run its own Python code (needed by the real Kimi "
-        "tokenizer; only for sources you trust)",
-    )
-    group.add_argument(
-        "--allow-special-token-text",
-        action="store_true",
-        default=None,
-        help="keep records whose text (a user typing <|im_end|> or <think>) would become special tokens the chat "
-        "template did not place; by default they are rejected as special_token_text (default: the recipe's, "
-        "else off)",
-    )
-    group.add_argument(
-        "--max-prompt-tokens",
-        type=positive_int,
-        metavar="N",
-        help="reject prompts longer than N tokens (default: the recipe's, else 32768)",
-    )
 
 
 def prompt_settings(args: argparse.Namespace) -> dict[str, Any]:

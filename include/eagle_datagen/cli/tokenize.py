@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from eagle_datagen.cli.arguments import (
-    EPILOG,
-    add_source_arguments,
-    add_tokenizer_arguments,
-    positive_int,
-    tokenize_options,
-)
+from eagle_datagen import settings
+from eagle_datagen.cli.arguments import EPILOG, positive_int, tokenize_options
+from eagle_datagen.cli.flags import add_flags
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -24,8 +20,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_source_arguments(tokenize)
-    add_tokenizer_arguments(tokenize)
+    add_flags(tokenize, settings.SOURCES, settings.MODEL)  # the prompt-source and model flags `run` has too
     out = tokenize.add_argument_group("output and speed")
     out.add_argument(
         "--output",

@@ -15,6 +15,7 @@ import pytest
 from eagle_datagen.cli import main
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation import steps
+from eagle_datagen.generation.endpoint_check import min_endpoints
 from eagle_datagen.generation.steps import RunConfig, plan_step, preflight_step
 
 pytestmark = pytest.mark.slow
@@ -58,12 +59,14 @@ def recording_preflight(calls: list, monkeypatch) -> None:
 
     async def record(urls, setup, model, canary, **kwargs):  # noqa: ANN001, ANN003, ANN202
         # what the endpoints are asked and judged by; the output root, run id, caller and check objects differ
-        same = {k: v for k, v in kwargs.items() if k not in ("root", "run_id", "by", "agreement")}
+        same = {k: v for k, v in kwargs.items() if k not in ("root", "run_id", "by", "agreement", "wanted_min")}
         calls.append(
             {
                 "urls": list(urls),
                 "profile": setup.profile.name,
                 "agreement": kwargs.get("agreement") is not None,
+                # the minimum in force (flag or form, else the recipe's, else the default), however it was given
+                "min_endpoints": min_endpoints(kwargs.get("wanted_min"), setup.recipe),
                 "model": model,
                 "canary_sampling": {k: v for k, v in canary["sampling_params"].items() if k != "sampling_seed"},
             }
@@ -123,7 +126,7 @@ def test_the_cli_and_a_dag_run_plan_the_same_run_with_the_same_checks(deployment
     assert sum(s["samples"] for s in cli_plan["shards"]) == 10 and len(cli_plan["shards"]) == 3
     assert cli_calls == dag_calls and len(cli_calls) == 1, (cli_calls, dag_calls)
     assert cli_calls[0]["allow_model_mismatch"] is False and cli_calls[0]["wait_s"] == 30.0
-    assert cli_calls[0]["agreement"] and cli_calls[0]["wanted_min"] is None
+    assert cli_calls[0]["agreement"] and cli_calls[0]["min_endpoints"] == 1
 
 
 def test_the_steps_refuse_a_rerun_whose_configuration_changed(deployment, tmp_path):

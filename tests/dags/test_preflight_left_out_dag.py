@@ -36,7 +36,7 @@ def deployment(tmp_path_factory):
         pytest.MonkeyPatch.context() as mp,
     ):
         mp.setenv("EAGLE_DATAGEN_RECIPE", str(folder / "recipe.yaml"))
-        extra = {"urls": [good.url, broken.url], "tokenizer": "standin:kimi-k2.5"}
+        extra = {"urls": [good.url, broken.url], "tokenizer": "standin:kimi-k2.5", "trust_remote_code": True}
         mp.setenv("AIRFLOW_CONN_SGLANG_DEFAULT", json.dumps({"conn_type": "http", "extra": extra}))
         yield {"output": str(folder / "out"), "good": good, "broken": broken}
 
@@ -72,6 +72,7 @@ def test_min_endpoints_two_fails_the_preflight_step_naming_the_one_left_out(depl
     config = {
         "output": deployment["output"],
         "tokenizer": "standin:kimi-k2.5",
+        "trust_remote_code": True,
         "sglang_urls": [deployment["good"].url, deployment["broken"].url],
         "run_id": "min2",
         "recipe": str(Path(deployment["output"]).parent / "recipe.yaml"),

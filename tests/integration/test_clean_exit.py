@@ -40,7 +40,7 @@ def test_finished_run_exits_zero_every_time_under_cpu_pressure(tmp_path):
     with SimServerThread(SimConfig().with_profile("instant")) as sim:
         args = [
             sys.executable, "-m", "eagle_datagen.cli", "run", "--tokenizer", "standin:kimi-k2.5",
-            "--draft-vocab-size", "16", "--prompts", str(src), "--sglang-url", sim.url,
+            "--trust-remote-code", "--draft-vocab-size", "16", "--prompts", str(src), "--sglang-url", sim.url,
             "--output", str(tmp_path / "o"), "--run-id", "r",
         ]  # fmt: skip
 

@@ -65,6 +65,7 @@ from eagle_datagen.sources.recipe import load_recipe
 from eagle_datagen.storage.manifest import read_manifest
 from eagle_datagen.storage.output_root import OutputRoot, open_output_root
 from eagle_datagen.tokenization.loader import load_tokenizer
+from eagle_datagen.tokenization.provenance import check_same_tokenizer
 from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, setup_tokenize
 from eagle_datagen.validation.diagnosis import parse_rates
 from eagle_datagen.validation.rules import ValidationLimits
@@ -447,12 +448,13 @@ def finalize_step(config: RunConfig | dict[str, Any] | RunContext) -> dict[str, 
 
 def _finished_run(ctx: RunContext) -> tuple[RunPlan, dict[str, Any]] | None:
     """The run's plan and publication when its manifest exists (after checking that the plan matches the
-    settings asked for now, as a resumed run is checked)."""
+    settings and the tokenizer asked for now, as a resumed run is checked)."""
     existing = ctx.plan()
     published = published_summary(ctx.root(), ctx.run_id) if existing is not None else None
     if existing is None or published is None:
         return None
     setup, options = ctx.setup(), ctx.options
+    check_same_tokenizer(ctx.run_id, existing.provenance, setup.loaded.provenance(), "run")
     chosen = category_settings(list(existing.categories), setup.recipe, setup.profile.sampling, options.sampling)
     model = options.model or setup.profile.model
     check_plan_matches(existing, dataclasses.replace(existing, model=model, categories=chosen))

@@ -129,7 +129,8 @@ def plan_child(prompts: str, output: str, run_id: str, incremental: bool) -> Non
         return inner(loaded, each(), *args, **kwargs)
 
     tokenize_stage.tokenize_stream = counting  # type: ignore[assignment]  (the records handed to the tokenizer)
-    setup = setup_tokenize(TokenizeOptions(output=output, tokenizer="standin:kimi-k2.5", prompts=[prompts]))
+    options = TokenizeOptions(output=output, tokenizer="standin:kimi-k2.5", prompts=[prompts], trust_remote_code=True)
+    setup = setup_tokenize(options)
     root = open_output_root(output)
     model = setup.profile.model
 
@@ -193,7 +194,7 @@ def publish_child(output: str, run_id: str) -> None:
     pq.write_table(pa.table({"sample_id": ids}), buffer)
     stored = put_once(root, f"data/run={run_id}/ids.parquet", buffer.getvalue())
     profile = load_profile("kimi-k2.5")
-    provenance = load_tokenizer("standin:kimi-k2.5", profile).provenance()
+    provenance = load_tokenizer("standin:kimi-k2.5", profile, trust_remote_code=True).provenance()
     counts = {"samples": len(ids), "data": len(ids), "quarantine": 0, "reasons": {}}
     files = [ManifestFile.of(stored, "data", rows=len(ids), category="chat")]
     write_manifest(root, Manifest(run_id, profile.model, profile.name, provenance, {}, counts, files))
@@ -238,6 +239,7 @@ def main() -> None:
                     str(source),
                     "--tokenizer",
                     "standin:kimi-k2.5",
+                    "--trust-remote-code",
                     "--output",
                     str(output),
                 ]

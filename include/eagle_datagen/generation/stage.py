@@ -455,6 +455,9 @@ def prepare_plan(
 
     # an incremental run reads the catalog first, and tokenizes only the records it lacks
     catalog = read_catalog(root, model, weight_version, options.per_weight_version) if options.incremental else None
+    if catalog is not None:  # one tokenizer per output root (samples are known by prompt): refused before tokenizing
+        for published, made_with in sorted(catalog.provenance.items()):
+            check_same_tokenizer(published, made_with, provenance, "published run")
     skip = skip_published(catalog, model, setup.loaded.provenance(), settings_for) if catalog else None
 
     def choose(planned: list[PlannedKey], settings: dict[str, CategorySettings]) -> list[PlannedKey]:

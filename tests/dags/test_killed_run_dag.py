@@ -1,6 +1,7 @@
 """A category DAG run that died after planning (its shard tasks failed: a killed worker), then a new DAG run:
 the new run's plan task finds the samples claimed, asks Airflow for the state of the DAG run that claimed
-them (failed), releases its claims and generates the samples itself, never ending green and empty."""
+them (failed), releases its claims and generates the samples itself, never ending green and empty; a third
+DAG run, with everything published, is a success with nothing to generate."""
 
 from __future__ import annotations
 
@@ -66,3 +67,9 @@ def test_a_new_dag_run_takes_over_the_claims_of_a_failed_one(deployment, monkeyp
     manifest = json.loads((out / "manifests" / f"run={run_id_for('killedmath', run.run_id)}.json").read_text())
     assert manifest["counts"]["data"] + manifest["counts"]["quarantine"] == PROMPTS  # it took every sample over
     assert not (out / "claims" / f"run={dead_id}.parquet").exists()  # the dead run's claims were released
+
+    rerun = dag.test(run_conf=conf)  # everything is published now: a success with nothing to generate
+    states = {(ti.task_id, ti.map_index): ti.state for ti in rerun.get_task_instances()}
+    assert rerun.state == "success" and states[("plan", -1)] == "success", states
+    assert "failed" not in states.values()
+    assert not (out / "manifests" / f"run={run_id_for('killedmath', rerun.run_id)}.json").exists()

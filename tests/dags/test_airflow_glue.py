@@ -245,3 +245,67 @@ def test_near_duplicate_threshold_reaches_the_form_and_the_run(tmp_path):
     assert params["near_duplicate_threshold"] == 0.8
     config = RunConfig.from_dict(run_config("math", "/r.yaml", "m", params, Deployment(["http://a:1"], "tok")))
     assert config.options().prompts.near_duplicate_threshold == 0.8
+
+
+def test_a_plan_held_by_another_dag_run_warns_when_it_is_live_fails_when_silent_takes_over_when_it_ended(
+    tmp_path, monkeypatch
+):
+    """Never green and empty by mistake: a live holder (a backfill's first run) publishes the samples, this run
+    warns and succeeds; a silent one (no heartbeat for minutes: probably killed) fails the plan task naming it,
+    its last sign of life and its expiry; once its DAG run has ended (its task instances marked failed) the
+    plan task releases its claims and takes the samples over at once."""
+    import os
+    import time
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eagle_datagen.storage.output_root import LocalOutputRoot
+    from eagle_datagen_airflow import tasks
+    from eagle_datagen_airflow.claim_owners import owner_key
+
+    from conftest import write_jsonl
+
+    src = write_jsonl(
+        tmp_path / "p.jsonl",
+        [{"category": "chat", "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(3)],
+    )
+    server = {"url": "http://127.0.0.1:9", "model_path": "moonshotai/Kimi-K2.5", "weight_version": None}
+    servers = [server | {"version": None, "max_running_requests": None}]
+    params = {"aws_conn_id": "aws_missing", "dry_run": False}
+    output = str(tmp_path / "out")
+    root = LocalOutputRoot(output)
+
+    def config(run_id: str) -> dict:
+        return RunConfig(
+            output=output,
+            tokenizer="standin:kimi-k2.5",
+            trust_remote_code=True,
+            sglang_urls=[server["url"]],
+            run_id=run_id,
+            prompts=[str(src)],
+            shard_size=1,
+            incremental=True,
+        ).to_dict()
+
+    states: dict[tuple[str, str], str] = {}
+    killed = SimpleNamespace(dag_id="eagle_datagen__chat", run_id="scheduled__killed")
+    assert tasks.plan(config("chat-killed"), servers, params, killed, lambda d, r: states[(d, r)]) == [0, 1, 2]
+    assert owner_key("chat-killed") in root.list("claims/")  # who to ask whether it has ended
+
+    states[(killed.dag_id, killed.run_id)] = "running"
+    assert tasks.plan(config("chat-next"), servers, params, None, lambda d, r: states[(d, r)]) == []  # live
+    stamp = time.time() - 600  # ten minutes without a sign of life: silent, its claim not yet expired
+    for key in root.list():
+        if "run=chat-killed" in key:
+            os.utime(root.location(key), (stamp, stamp))
+    with pytest.raises(AirflowFailException) as failed:
+        tasks.plan(config("chat-next2"), servers, params, None, lambda d, r: states[(d, r)])
+    message = str(failed.value)
+    assert "run chat-killed holds 3 samples (last showed life" in message and "silent; its claim expires" in message
+    assert "rerun after" in message and "mark the holding DAG run's task instances failed" in message
+    assert "\n" not in message
+
+    states[(killed.dag_id, killed.run_id)] = "failed"  # its task instances marked failed: the DAG run ended
+    assert tasks.plan(config("chat-next3"), servers, params, None, lambda d, r: states[(d, r)]) == [0, 1, 2]
+    assert [k for k in root.list("claims/") if "chat-killed" in k] == []  # released

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from eagle_datagen.generation.claims import claim_key, claimed_sample_ids, read_claim
+from eagle_datagen.generation.claims import (
+    claim_key,
+    claimed_sample_ids,
+    heartbeat_interval_s,
+    heartbeat_key,
+    read_claim,
+    withdraw_claim,
+    write_heartbeat,
+)
 from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import RunPlan, shard_requests
 from eagle_datagen.generation.stage import RunOptions, prepare_plan
@@ -198,7 +206,104 @@ def test_a_run_finding_its_samples_claimed_names_the_run_its_last_life_and_the_e
         prepare_plan(setup, open_output_root(output), "second", opts, {"servers": [{"weight_version": "w1"}]}, "w1")
     message = str(info.value)
     assert f"{len(first)} of its {len(first)} samples are not published" in message
-    assert "run first holds" in message and "last active" in message and "its claim expires" in message
+    assert "run first holds" in message and "last showed life" in message and "its claim expires" in message
+    assert ", live; its claim expires" in message and "rerun after" in message
     assert info.value.published == 0 and set(info.value.holders) == {"first"}
     held = info.value.holders["first"]
     assert held["samples"] == len(first) and held["expires"] - held["last_active"] == opts.claim_ttl_s
+    assert held["live"] is True  # it claimed a moment ago
+
+
+def holders_of(root: OutputRoot, now: float, ttl_s: float = HOUR) -> dict[str, dict]:
+    holders: dict[str, dict] = {}
+    claimed_sample_ids(root, now, ttl_s, "moonshotai/Kimi-K2.5", None, set(), "other", holders)
+    return holders
+
+
+def test_a_heartbeating_run_holds_its_samples_however_old_its_claim_and_checkpoints(tmp_path):
+    """A run killed mid-way (its claim and a heartbeat that stopped): it holds its samples until the TTL of its
+    last heartbeat, no longer; while it beats, it holds them however long it goes without a checkpoint."""
+    output = str(tmp_path / "out")
+    root = LocalOutputRoot(output)
+    plan_run(options(tmp_path, output, "long"))
+    age(root, "long", 2 * HOUR)
+    write_heartbeat(root, "long")  # generating a 32k-token answer: no checkpoint for hours, but it beats
+    assert heartbeat_key("long") in root.list("claims/")
+    assert plan_run(options(tmp_path, output, "later", claim_ttl_s=HOUR)) == set()
+    age(root, "long", HOUR + 60)  # killed: its last heartbeat is a minute past the TTL
+    assert len(plan_run(options(tmp_path, output, "later2", claim_ttl_s=HOUR))) == 12
+
+
+def test_a_holder_is_live_within_a_few_heartbeats_and_silent_after(tmp_path):
+    output = str(tmp_path / "out")
+    root = LocalOutputRoot(output)
+    plan_run(options(tmp_path, output, "held"))
+    write_heartbeat(root, "held")
+    beat = root.list_modified(heartbeat_key("held"))[heartbeat_key("held")]
+    interval = heartbeat_interval_s(HOUR)
+    assert interval == 60.0 and heartbeat_interval_s(120.0) == 30.0
+    live = holders_of(root, beat + 2 * interval)["held"]
+    assert live["live"] is True and live["last_active"] == beat and live["expires"] == beat + HOUR
+    silent = holders_of(root, beat + 5 * interval)["held"]
+    assert silent["live"] is False and silent["expires"] == beat + HOUR  # silent, but not yet free
+    assert holders_of(root, beat + HOUR + 1) == {}  # provably gone: free
+    withdraw_claim(root, "held")  # a withdrawn run leaves neither its claim nor its heartbeat
+    assert [k for k in root.list("claims/") if "held" in k] == []
+
+
+def test_the_heartbeat_beats_at_once_and_then_at_its_interval(tmp_path):
+    import asyncio
+
+    from eagle_datagen.generation.heartbeat import heartbeat
+
+    root = LocalOutputRoot(str(tmp_path / "out"))
+    key = heartbeat_key("r")
+    seen: list[float] = []
+
+    async def body() -> None:
+        async with heartbeat(root, "r", 0.2):
+            for _ in range(6):
+                seen.append(os.stat(root.location(key)).st_mtime_ns)
+                await asyncio.sleep(0.1)
+        seen.append(os.stat(root.location(key)).st_mtime_ns)
+
+    asyncio.run(body())
+    assert len(set(seen[:-1])) >= 2  # refreshed while the block ran
+    stopped = os.stat(root.location(key)).st_mtime_ns
+    time.sleep(0.4)
+    assert os.stat(root.location(key)).st_mtime_ns == stopped == seen[-1]  # and not after it ended
+
+
+@pytest.mark.slow
+def test_a_generating_run_heartbeats_and_a_run_whose_samples_it_holds_fails_naming_it(tmp_path, capsys):
+    """The run's generation writes its heartbeat; an incremental run all of whose samples another run holds
+    exits 1 with one line naming the holder (not a success that published nothing); a run finding everything
+    published succeeds."""
+    from eagle_datagen.cli import main
+    from eagle_datagen.generation.incremental import ClaimedElsewhere
+    from eagle_datagen.standin.sglang.config import SimConfig
+    from eagle_datagen.standin.sglang.runner import SimServerThread
+
+    output = str(tmp_path / "out")
+    root = LocalOutputRoot(output)
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        done = run_generation(run_options(tmp_path, [sim.url], run_id="done", prompts=3, output=output))
+        assert done.published["data"] + done.published["quarantine"] == 3
+        assert heartbeat_key("done") in root.list("claims/")
+        again = run_generation(
+            run_options(tmp_path, [sim.url], run_id="again", prompts=3, output=output, incremental=True)
+        )
+        assert again.samples == 0 and again.published is None  # all published: a success with nothing to do
+
+        plan_run(options(tmp_path, output, "holder", prompts=6))  # claims the 3 new samples, never generates
+        blocked = run_options(tmp_path, [sim.url], run_id="blocked", prompts=6, output=output, incremental=True)
+        with pytest.raises(ClaimedElsewhere, match="run holder holds 3 samples"):
+            run_generation(blocked)
+        src = blocked.prompts.prompts[0]
+        argv = ["run", "--prompts", src, "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code"]
+        argv += ["--sglang-url", sim.url, "--output", output, "--incremental", "--run-id", "cli", "--no-canary"]
+        argv += ["--max-new-tokens", "1000"]  # the sampling of run_options: the same sample ids
+        assert main(argv) == 1
+    [line] = [x for x in capsys.readouterr().err.splitlines() if x.startswith("eagle-datagen: error:")]
+    assert "run cli: nothing to generate, but 3 of its 3 samples are not published" in line  # the published skipped
+    assert "run holder holds 3 samples (last showed life" in line and "rerun after" in line

@@ -1,16 +1,16 @@
 """A refresh costs what is new: an incremental run skips the records whose samples are published before it
 tokenizes them (counted: the tokenizer sees only the new records), and plans exactly the new samples. When the
-published run rendered its prompts with another chat template, nothing is skipped before tokenizing (the run says
-so) and the comparison by sample id afterwards still plans only the new samples."""
+published run rendered its prompts with another chat template, the refresh is refused in one line before anything is
+tokenized: one tokenizer per output root."""
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from pathlib import Path
 
 import pytest
 
+from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import shard_requests
 from eagle_datagen.generation.stage import RunOptions, prepare_plan
@@ -68,9 +68,8 @@ def test_a_refresh_tokenizes_only_the_new_records(tmp_path: Path, monkeypatch, c
     assert tokenized == 3  # the 20 published records were never tokenized
     assert planned == new
 
-    caplog.set_level(logging.WARNING)
+    # a refresh with another chat template is refused in one line before anything is tokenized (issue 21: one
+    # tokenizer per output root), rather than tokenizing every record to compare
     changed = dataclasses.replace(refresh, run_id="changed")
-    tokenized, planned = plan(changed, monkeypatch, template="another template")
-    assert "another tokenizer or chat template" in caplog.text and "first" in caplog.text
-    assert tokenized == 23  # nothing skipped before tokenizing
-    assert planned == set()  # "nightly" (in flight) holds the 3 new samples, the 20 are published
+    with pytest.raises(ConfigError, match="published run first was made with another tokenizer"):
+        plan(changed, monkeypatch, template="another template")

@@ -6,8 +6,12 @@ run writes its claim when it plans, before its plan's shards (an incremental run
 lock). An incremental run treats as existing the samples of published manifests (the catalog) and of
 every claim whose run is in flight: it has no manifest yet, and some object of it was modified within the
 TTL (the claim, its plan, a checkpoint chunk, a data or quarantine shard, a manifest artifact written by
-finalize). A run whose newest object is older than that has stopped (its tasks died, or it failed for
-good): its samples are free again, and the next run generates them.
+finalize) or its heartbeat (`claims/run=<id>.heartbeat`, rewritten every `heartbeat_interval_s(ttl)` while
+the run generates: heartbeat.py), so that a run's liveness does not hang on how often it checkpoints. A run
+whose newest object is older than that has stopped (its tasks died, or it failed for good): its samples are
+free again, and the next run generates them. A holder is `live` when it showed life within
+`LIVE_HEARTBEATS` heartbeat intervals; one silent for longer, but not yet for the TTL, is `silent`: probably
+dead, not yet provably so (incremental.py and the orchestrators say what to do about each).
 
 Every time compared is the store's: objects' modification times against the plan lock's, all recorded by
 the store when it wrote them, so the clocks of the workers do not enter (the time_ns in checkpoint chunk
@@ -36,6 +40,14 @@ CLAIM_METADATA = b"eagle_datagen.claim"
 # output tokens at 30 tokens/s is about 18 minutes) and task retries backing off (up to 15 minutes). An hour
 # outlasts these, and a run that died frees its samples for the next run the same day.
 DEFAULT_CLAIM_TTL_S = settings.CLAIM_TTL_S  # declared in settings.py
+# A generating run rewrites its heartbeat every minute (a quarter of the TTL, when that is shorter: tests);
+# a holder that missed three in a row is silent, not live.
+HEARTBEAT_EVERY_S = 60.0
+LIVE_HEARTBEATS = 3
+
+
+def heartbeat_interval_s(ttl_s: float) -> float:
+    return min(HEARTBEAT_EVERY_S, ttl_s / 4)
 
 
 @dataclass(frozen=True)
@@ -62,9 +74,19 @@ def write_claim(root: OutputRoot, claim: Claim) -> None:
     root.write_bytes(claim_key(claim.run_id), buffer.getvalue())
 
 
+def heartbeat_key(run_id: str) -> str:
+    return f"claims/run={run_id}.heartbeat"
+
+
+def write_heartbeat(root: OutputRoot, run_id: str) -> None:
+    """The run's sign of life: its modification time (the store's clock) is what counts, not its content."""
+    root.write_bytes(heartbeat_key(run_id), b"{}")
+
+
 def withdraw_claim(root: OutputRoot, run_id: str) -> None:
     """For a run that will not generate its plan: its samples are free at once, not after the TTL."""
-    root.delete(claim_key(run_id))
+    for key in [claim_key(run_id), *root.list(f"claims/run={run_id}.")]:  # its heartbeat, an orchestrator's note
+        root.delete(key)
 
 
 def read_claim(root: OutputRoot, run_id: str) -> Claim:
@@ -75,6 +97,7 @@ def read_claim(root: OutputRoot, run_id: str) -> Claim:
 
 def _activity_prefixes(run_id: str, categories: list[str]) -> Iterator[str]:
     """Where a run writes after it plans, most active first (the listing stops at the first recent one)."""
+    yield heartbeat_key(run_id)
     yield f"checkpoints/run={run_id}/"
     yield f"plans/run={run_id}/"
     yield f"manifests/run={run_id}."
@@ -103,8 +126,9 @@ def claimed_sample_ids(
 ) -> set[str]:
     """The sample ids that runs in flight at `now` (the store's time) have claimed: claims of `model` (and
     `weight_version`, when given) whose run is not in `published` and was active within `ttl_s`. `holders`,
-    when given, gets each such run's claimed samples, last sign of life and when its claim expires (store
-    times), for a message that says which run holds what and until when."""
+    when given, gets each such run's claimed samples, last sign of life, when its claim expires (store
+    times) and whether it is live (showed life within LIVE_HEARTBEATS heartbeat intervals), for a message
+    that says which run holds what and until when."""
     horizon = now - ttl_s
     found: set[str] = set()
     runs = 0
@@ -127,6 +151,12 @@ def claimed_sample_ids(
         found.update(claim.sample_ids)
         if holders is not None:
             last = _last_active(root, _activity_prefixes(run_id, claim.categories), claimed_at)
-            holders[run_id] = {"samples": len(claim.sample_ids), "last_active": last, "expires": last + ttl_s}
+            live = now - last <= LIVE_HEARTBEATS * heartbeat_interval_s(ttl_s)
+            holders[run_id] = {
+                "samples": len(claim.sample_ids),
+                "last_active": last,
+                "expires": last + ttl_s,
+                "live": live,
+            }
     log.info("claims: %d samples planned by %d run(s) in flight", len(found), runs)
     return found

@@ -42,16 +42,26 @@ class NothingToDo(DataGenError):
         return {"published": self.published, "claimed_by": self.holders}
 
 
+class ClaimedElsewhere(DataGenError):
+    """A run's every unpublished sample is claimed by other runs: it generated and published nothing, and must
+    not end as a success (the message is NothingToDo's, naming the holders)."""
+
+
 def _when(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 def describe_holders(holders: dict[str, dict[str, Any]]) -> str:
     return "; ".join(
-        f"run {run} holds {h['samples']} (last active {_when(h['last_active'])}, its claim expires "
-        f"{_when(h['expires'])} unless it shows life)"
+        f"run {run} holds {h['samples']} samples (last showed life {_when(h['last_active'])}, "
+        f"{'live' if h.get('live', True) else 'silent'}; its claim expires {_when(h['expires'])})"
         for run, h in sorted(holders.items())
     )
+
+
+def rerun_after(holders: dict[str, dict[str, Any]]) -> str:
+    """When every holder's claim has expired, unless it shows life again."""
+    return _when(max(h["expires"] for h in holders.values()))
 
 
 def planned_sample_ids(planned: list[PlannedKey], settings: dict[str, CategorySettings], model: str) -> list[list[str]]:
@@ -166,8 +176,9 @@ def claim_samples(
                 message = f"run {run_id}: all {len(every)} samples are already published under this output root"
                 raise NothingToDo(message, len(published))
             raise NothingToDo(
-                f"run {run_id}: nothing to generate, but {len(held)} of its {len(every)} samples are not published: "
-                f"runs in flight claim them ({describe_holders(holders)}); {len(published)} are published",
+                f"run {run_id}: nothing to generate, but {len(held)} of its {len(every)} samples are not published "
+                f"({len(published)} are): {describe_holders(holders)}: rerun after {rerun_after(holders)}, or "
+                "once the holding run has ended (a failed or withdrawn run releases its claims)",
                 len(published),
                 holders,
             )

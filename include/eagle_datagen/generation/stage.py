@@ -38,8 +38,9 @@ from eagle_datagen.generation.checkpoint import (
     load_checkpoints,
     should_checkpoint,
 )
-from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S
+from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, heartbeat_interval_s
 from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
+from eagle_datagen.generation.heartbeat import heartbeat
 from eagle_datagen.generation.incremental import claim_samples, read_catalog, skip_published
 from eagle_datagen.generation.plan import (
     CategorySettings,
@@ -377,6 +378,7 @@ async def generate_pending(
                 pool, options.retry, screen=screen, vocab_size=vocab_size, liveness=options.liveness
             ) as client,
             CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
+            heartbeat(root, plan.run_id, heartbeat_interval_s(options.claim_ttl_s)),  # its claims' sign of life
         ):
             opened.append(client)
             progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
@@ -455,6 +457,9 @@ def prepare_plan(
 
     # an incremental run reads the catalog first, and tokenizes only the records it lacks
     catalog = read_catalog(root, model, weight_version, options.per_weight_version) if options.incremental else None
+    if catalog is not None:  # one tokenizer per output root (samples are known by prompt): refused before tokenizing
+        for published, made_with in sorted(catalog.provenance.items()):
+            check_same_tokenizer(published, made_with, provenance, "published run")
     skip = skip_published(catalog, model, setup.loaded.provenance(), settings_for) if catalog else None
 
     def choose(planned: list[PlannedKey], settings: dict[str, CategorySettings]) -> list[PlannedKey]:

@@ -29,7 +29,7 @@ from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.checkpoint import CheckpointPolicy
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
 from eagle_datagen.generation.endpoint_check import preflight_run
-from eagle_datagen.generation.incremental import NothingToDo
+from eagle_datagen.generation.incremental import ClaimedElsewhere, NothingToDo
 from eagle_datagen.generation.plan import RunPlan, check_plan_matches, is_conversation_shard, load_plan
 from eagle_datagen.generation.publish import (
     PublishOptions,
@@ -477,7 +477,9 @@ def run_generation(options: RunOptions) -> RunSummary:
     servers = preflight_step(ctx)
     planned = plan_step(ctx, servers)
     infos = _servers(servers)
-    if not planned["shards"]:  # an incremental run that found nothing new
+    if not planned["shards"] and planned.get("claimed_by"):  # nothing of its own, yet not all published
+        raise ClaimedElsewhere(planned["reason"])
+    if not planned["shards"]:  # an incremental run that found nothing new: all of it is published
         elapsed = round(time.monotonic() - started, 2)
         provenance = [s.provenance() for s in infos]
         return RunSummary(run_id, ctx.root().uri, 0, 0, 0, 0, 0, {}, {}, 0, None, provenance, elapsed)

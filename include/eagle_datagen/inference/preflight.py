@@ -191,7 +191,9 @@ async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float)
 def check_not_watermarking(url: str, server_info: dict[str, Any]) -> None:
     """SGLang 0.5.23 can watermark its sampling (--enable-watermark, --watermark-config): its samples are then
     drawn from a skewed distribution, not the model's, which a drafter must not learn."""
-    if server_info.get("enable_watermark") or server_info.get("watermark_config"):
+    # Only enable_watermark tells: SGLang 0.5.23 redacts watermark_config to "<redacted>" in /server_info whether it
+    # is set or not, and refuses --watermark-config without --enable-watermark.
+    if server_info.get("enable_watermark"):
         raise ConfigError(
             f"SGLang at {url} runs with --enable-watermark: its samples are not the model's distribution; "
             "restart it without --enable-watermark and --watermark-config"

@@ -89,7 +89,7 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "weight_version": cfg.weight_version,
         "enable_deterministic_inference": cfg.enable_deterministic_inference,
         "enable_watermark": cfg.enable_watermark,
-        "watermark_config": "<redacted>" if cfg.enable_watermark else None,
+        "watermark_config": "<redacted>",  # as SGLang 0.5.23's /server_info: redacted whether set or not
         "sampling_backend": "flashinfer",
         "sampling_defaults": "model",
         "random_seed": 0,

@@ -22,10 +22,13 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_PROMPTS = REPO / "include" / "data" / "demo_prompts"
+# a category of its own: its DAG's asset name is then this test's alone (an earlier DAG test of the session that
+# registered `eagle_datagen__math` under its own recipe's URI left this run's asset inactive and its finalize failing)
+CATEGORY = "conductormath"
 # the same settings, as each front end says them
 FORM = {"shard_size": 2, "samples_per_prompt": 2, "draft_vocab_size": 16, "temperature": 0.7, "limit": 5}
 FLAGS = ["--shard-size", "2", "--samples-per-prompt", "2", "--draft-vocab-size", "16", "--temperature", "0.7"]
-FLAGS += ["--limit", "5", "--categories", "math", "--incremental", "--per-weight-version"]  # a DAG run's own
+FLAGS += ["--limit", "5", "--categories", CATEGORY, "--incremental", "--per-weight-version"]  # a DAG run's own
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +42,7 @@ def deployment(tmp_path_factory):
     recipe = folder / "recipe.yaml"
     recipe.write_text(
         "version: 1\nname: demo\nseed: 3\ndefaults:\n  sampling: {max_new_tokens: 128}\n"
-        "categories:\n  math:\n    sources: [math.jsonl]\n    sampling: {top_p: 0.9}\n",
+        f"categories:\n  {CATEGORY}:\n    sources: [math.jsonl]\n    sampling: {{top_p: 0.9}}\n",
         encoding="utf-8",
     )
     with SimServerThread(SimConfig().with_profile("instant")) as sim, pytest.MonkeyPatch.context() as mp:
@@ -77,17 +80,6 @@ def recording_preflight(calls: list, monkeypatch) -> None:
     monkeypatch.setattr(steps, "preflight_run", record)
 
 
-def free_category_asset(category: str) -> None:
-    """An earlier test of the session may have left the category's asset name active under its own recipe's URI,
-    and Airflow then leaves this run's asset inactive (and its finalize task failing): free the name first."""
-    from airflow.models.asset import AssetActive
-    from airflow.utils.session import create_session
-    from sqlalchemy import delete
-
-    with create_session() as session:
-        session.execute(delete(AssetActive).where(AssetActive.name == f"eagle_datagen__{category}"))
-
-
 def the_plan(output: Path) -> dict:
     """What a plan decides, without the names of the run: shards, samples, categories' sampling, model."""
     (path,) = output.glob("plans/run=*/plan.json")
@@ -113,16 +105,15 @@ def test_the_cli_and_a_dag_run_plan_the_same_run_with_the_same_checks(deployment
     assert code == 0
 
     recording_preflight(dag_calls, monkeypatch)
-    free_category_asset("math")
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    run = bag.get_dag("eagle_datagen__math").test(run_conf=FORM | {"output": str(tmp_path / "dag")})
+    run = bag.get_dag(f"eagle_datagen__{CATEGORY}").test(run_conf=FORM | {"output": str(tmp_path / "dag")})
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["finalize"] == "success", states
 
     cli_plan, dag_plan = the_plan(tmp_path / "cli"), the_plan(tmp_path / "dag")
     assert cli_plan == dag_plan
-    assert cli_plan["categories"]["math"]["sampling"] == {"max_new_tokens": 128, "temperature": 0.7, "top_p": 0.9}
+    assert cli_plan["categories"][CATEGORY]["sampling"] == {"max_new_tokens": 128, "temperature": 0.7, "top_p": 0.9}
     assert sum(s["samples"] for s in cli_plan["shards"]) == 10 and len(cli_plan["shards"]) == 3
     assert cli_calls == dag_calls and len(cli_calls) == 1, (cli_calls, dag_calls)
     assert cli_calls[0]["allow_model_mismatch"] is False and cli_calls[0]["wait_s"] == 30.0

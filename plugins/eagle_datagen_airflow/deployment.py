@@ -4,7 +4,8 @@ SGLang: an Airflow connection (conn type `http` or `generic`) whose host and por
 `https`) name one endpoint, or whose extra `{"urls": ["http://a:30000", ...]}` names several replicas.
 The extra also says what the deployment serves: `tokenizer` (a directory or hub id of the target
 model's tokenizer; `standin:kimi-k2.5` for the stand-in), and optionally `profile`, `model`,
-`trust_remote_code`, `concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`:
+`trust_remote_code`, `tiktoken_fast_path` (false: encode every prompt through the tokenizer's own call),
+`concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`:
 how requests spread over several replica URLs; docs/prefix_cache.md). For example
 
     AIRFLOW_CONN_SGLANG_DEFAULT='{"conn_type": "http", "host": "sglang", "port": 30000,
@@ -34,7 +35,16 @@ from eagle_datagen.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-EXTRA_KEYS = {"urls", "tokenizer", "profile", "model", "trust_remote_code", "concurrency", "balance"}
+EXTRA_KEYS = {
+    "urls",
+    "tokenizer",
+    "profile",
+    "model",
+    "trust_remote_code",
+    "tiktoken_fast_path",
+    "concurrency",
+    "balance",
+}
 AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 REGION_VARIABLE = "AWS_DEFAULT_REGION"
 
@@ -48,6 +58,7 @@ class Deployment:
     profile: str = settings.default_of("profile")
     model: str | None = None
     trust_remote_code: bool = False
+    tiktoken_fast_path: bool = settings.default_of("tiktoken_fast_path")
     concurrency: int | None = None
     balance: str = settings.default_of("balance")
 
@@ -79,6 +90,7 @@ def sglang_deployment(conn_id: str) -> Deployment:
         profile=str(extra.get("profile") or settings.default_of("profile")),
         model=extra.get("model"),
         trust_remote_code=_flag(extra.get("trust_remote_code", False)),
+        tiktoken_fast_path=_flag(extra.get("tiktoken_fast_path", settings.default_of("tiktoken_fast_path"))),
         concurrency=int(extra["concurrency"]) if extra.get("concurrency") else None,
         balance=str(extra.get("balance") or settings.default_of("balance")),
     )

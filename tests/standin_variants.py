@@ -69,3 +69,12 @@ def replace_in_remote_code(folder: Path, old: str, new: str) -> None:
     text = code.read_text(encoding="utf-8")
     assert text.count(old) == 1, old
     code.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def import_a_missing_name(folder: Path) -> None:
+    """Make the remote code import a name its module does not have under the installed transformers, as Moonshot's
+    K2-era tokenization_kimi.py does (bytes_to_unicode moved out of transformers' gpt2 module in transformers 5)."""
+    code = folder / "tokenization_kimi.py"
+    text = code.read_text(encoding="utf-8")
+    line = "from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode\n"
+    code.write_text(text.replace("import tiktoken\n", "import tiktoken\n" + line, 1), encoding="utf-8")

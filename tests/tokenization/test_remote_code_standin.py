@@ -12,7 +12,7 @@ import pytest
 
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.tokenization.loader import load_tokenizer
-from standin_variants import break_import, copy_standin, swap_byte_ranks
+from standin_variants import break_import, copy_standin, import_a_missing_name, swap_byte_ranks
 
 from conftest import REPO, user_record, write_jsonl
 
@@ -64,6 +64,17 @@ def test_remote_code_that_cannot_import_gives_one_line(standin_dir, tmp_path):
     break_import(folder)
     line = error_line(tokenize_cli(tmp_path, str(folder), "--trust-remote-code"))
     assert "tokenization_kimi.TikTokenTokenizer" in line and "pip install eagle_missing_tokenizer_dep" in line
+
+
+def test_remote_code_importing_a_name_transformers_lacks_names_it_and_the_version(standin_dir, tmp_path):
+    import transformers
+
+    folder = copy_standin(standin_dir, tmp_path / "tok-k2-era")
+    import_a_missing_name(folder)  # Moonshot's K2-era import, gone in transformers 5
+    line = error_line(tokenize_cli(tmp_path, str(folder), "--trust-remote-code"))
+    assert "imports bytes_to_unicode from transformers.models.gpt2.tokenization_gpt2" in line, line
+    assert f"the installed transformers {transformers.__version__} does not have" in line
+    assert "pip install" not in line  # transformers is installed: installing it again would not help
 
 
 @pytest.mark.parametrize("change", ["template", "tiktoken.model", "tool encoder"])

@@ -100,13 +100,43 @@ def test_a_tampered_tokenizer_changes_the_provenance(standin_dir, tmp_path, kimi
     }[change] == (changed, files)
 
 
-def test_a_class_other_than_the_auto_map_one_is_refused(standin_dir, tmp_path, kimi_profile):
+def test_an_auto_map_naming_a_missing_class_gives_one_line(standin_dir, tmp_path, kimi_profile):
     import json
 
-    folder = copy_standin(standin_dir, tmp_path / "tok")
+    folder = copy_standin(standin_dir, tmp_path / "tok-missing-class")
     config = json.loads((folder / "tokenizer_config.json").read_text())
     config["auto_map"]["AutoTokenizer"][0] = "tokenization_kimi.OtherTokenizer"
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError) as info:
         load_tokenizer(str(folder), kimi_profile, trust_remote_code=True)
-    assert "\n" not in str(info.value)
+    line = str(info.value)
+    assert "\n" not in line and "its code (tokenization_kimi.OtherTokenizer) fails to load: AttributeError" in line
+
+
+def test_a_class_other_than_the_auto_map_one_is_refused(standin_dir, tmp_path, kimi_profile):
+    """The module's `TikTokenTokenizer` is bound to another class (a look-alike subclass): transformers loads that
+    class, and the loader refuses it, naming both."""
+    folder = copy_standin(standin_dir, tmp_path / "tok-other-class")
+    code = folder / "tokenization_kimi.py"
+    code.write_text(
+        code.read_text()
+        + "\n\nclass LookalikeTokenizer(TikTokenTokenizer):\n    pass\n\n\nTikTokenTokenizer = LookalikeTokenizer\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_tokenizer(str(folder), kimi_profile, trust_remote_code=True)
+    assert str(info.value) == (
+        f"tokenizer {folder} maps AutoTokenizer to tokenization_kimi.TikTokenTokenizer, but transformers loaded "
+        "LookalikeTokenizer: the folder's own code must tokenize (check its auto_map)"
+    )
+
+
+def test_a_look_alike_of_a_remote_code_reference_tokenizer_is_flagged(kimi_profile, caplog):
+    """The kimi-k2.5 profile says its reference tokenizer is remote code: a fast tokenizer.json loads, with a
+    warning; the remote-code one without."""
+    assert kimi_profile.reference_tokenizer == "remote_code"
+    with caplog.at_level("WARNING", logger="eagle_datagen.tokenization.loader"):
+        load_tokenizer("standin:kimi-k2.5-fast", kimi_profile)
+        load_tokenizer("standin:kimi-k2.5", kimi_profile, trust_remote_code=True)
+    [warning] = [r.getMessage() for r in caplog.records if "is not remote code" in r.getMessage()]
+    assert warning.startswith("tokenizer standin:kimi-k2.5-fast is not remote code, but moonshotai/Kimi-K2.5's own")
+    assert "--trust-remote-code" in warning

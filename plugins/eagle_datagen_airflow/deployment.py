@@ -3,10 +3,11 @@
 SGLang: an Airflow connection (conn type `http` or `generic`) whose host and port (and schema, `http` or
 `https`) name one endpoint, or whose extra `{"urls": ["http://a:30000", ...]}` names several replicas.
 The extra also says what the deployment serves: `tokenizer` (a directory or hub id of the target
-model's tokenizer; `standin:kimi-k2.5` for the stand-in), and optionally `profile`, `model`,
-`trust_remote_code`, `tiktoken_fast_path` (false: encode every prompt through the tokenizer's own call),
-`concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`:
-how requests spread over several replica URLs; docs/prefix_cache.md). For example
+model's tokenizer; `standin:kimi-k2.5` for the stand-in; else EAGLE_DATAGEN_TOKENIZER on the workers), and
+optionally `profile`, `model`, `trust_remote_code` (else EAGLE_DATAGEN_TRUST_REMOTE_CODE on the workers: it goes
+with the tokenizer), `tiktoken_fast_path` (false: encode every prompt through the tokenizer's own call),
+`concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`: how requests spread over
+several replica URLs; docs/prefix_cache.md). For example
 
     AIRFLOW_CONN_SGLANG_DEFAULT='{"conn_type": "http", "host": "sglang", "port": 30000,
                                   "extra": {"tokenizer": "/models/Kimi-K2.5", "trust_remote_code": true}}'
@@ -89,7 +90,10 @@ def sglang_deployment(conn_id: str) -> Deployment:
         tokenizer=str(tokenizer),
         profile=str(extra.get("profile") or settings.default_of("profile")),
         model=extra.get("model"),
-        trust_remote_code=_flag(extra.get("trust_remote_code", False)),
+        # beside the tokenizer, wherever it is set: the extra, else the workers' environment
+        trust_remote_code=_flag(
+            extra.get("trust_remote_code", os.environ.get("EAGLE_DATAGEN_TRUST_REMOTE_CODE", False))
+        ),
         tiktoken_fast_path=_flag(extra.get("tiktoken_fast_path", settings.default_of("tiktoken_fast_path"))),
         concurrency=int(extra["concurrency"]) if extra.get("concurrency") else None,
         balance=str(extra.get("balance") or settings.default_of("balance")),

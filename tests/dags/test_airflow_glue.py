@@ -74,6 +74,18 @@ def test_sglang_connection_with_replicas_and_deployment_facts(connection):
     assert deployment.trust_remote_code is True and deployment.concurrency == 64
 
 
+def test_trust_remote_code_goes_with_the_tokenizer_from_the_workers_environment(connection, monkeypatch):
+    from eagle_datagen_airflow.deployment import sglang_deployment
+
+    monkeypatch.setenv("EAGLE_DATAGEN_TOKENIZER", "/models/Kimi-K2.5")
+    monkeypatch.setenv("EAGLE_DATAGEN_TRUST_REMOTE_CODE", "true")
+    connection("sglang_env", conn_type="http", host="sglang-0", port=30000)
+    deployment = sglang_deployment("sglang_env")
+    assert deployment.tokenizer == "/models/Kimi-K2.5" and deployment.trust_remote_code is True
+    connection("sglang_env", conn_type="http", host="sglang-0", port=30000, extra={"trust_remote_code": False})
+    assert sglang_deployment("sglang_env").trust_remote_code is False  # the connection's own word comes first
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [

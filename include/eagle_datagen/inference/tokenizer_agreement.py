@@ -169,7 +169,7 @@ async def check_endpoint_agreement(
                 position = first_difference(expected[name], server)
                 text = await _server_text(session, url, server[position]) if position < len(server) else None
                 return EndpointAgreement(url, "mismatch", "", (name, expected[name], server, text))
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # it passed the preflight moments ago: say how it failed
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # it passed its preflight: say how this failed
         detail = " ".join(f"{type(exc).__name__} {exc}".split())[:200]
         return EndpointAgreement(url, "unchecked", f"SGLang at {url}: {TOKENIZE_PATH} failed ({detail})")
     return EndpointAgreement(url, "agrees")

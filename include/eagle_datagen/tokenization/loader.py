@@ -226,7 +226,7 @@ def _proven_encoding(tokenizer: Any, rendered: dict[str, str], wanted: bool, spe
     if announce and why_not is not None:
         log.warning(
             "tokenizer %s: not encoding through its tiktoken.Encoding directly (%s): every text goes through the "
-            "tokenizer's own call (the same ids, at about half the speed)",
+            "tokenizer's own call (the same ids, several times slower)",
             spec,
             why_not,
         )

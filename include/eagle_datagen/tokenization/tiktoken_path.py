@@ -3,9 +3,10 @@
 Kimi-K2.5's tokenizer (remote code: `tokenization_kimi.TikTokenTokenizer`) is a slow transformers tokenizer over
 tiktoken. The pipeline's call, `tokenizer(texts, add_special_tokens=False)`, takes transformers' generic path: the
 added-token trie split, one `_tokenize` per piece (the remote code's per-character run splitter, then tiktoken),
-and each token string converted back to its id, about 80% of it Python around tiktoken's Rust BPE: half the speed
-of a fast tokenizer. `encoding.encode(text, allowed_special="all")` on the tokenizer's own encoding does the same
-work in one call, and gives the same ids when all of this holds, checked at load (`prove`):
+and each token string converted back to its id, most of it Python around tiktoken's Rust BPE: about 0.3x the
+speed of a fast tokenizer (docs/benchmarks.md). `encoding.encode(text, allowed_special="all")` on the
+tokenizer's own encoding does the same work in one call, and gives the same ids when all of this holds, checked
+at load (`prove`):
 - the added tokens the trie splits on are special tokens of the encoding, at the same ids; none has lstrip,
   rstrip, single_word or normalized set (which would move or merge text around it); no special token's text
   holds another's (the trie and tiktoken's alternation could then split differently); split_special_tokens is

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 from pathlib import Path
 
@@ -35,3 +36,45 @@ def break_import(folder: Path, package: str = "eagle_missing_tokenizer_dep") -> 
     code = folder / "tokenization_kimi.py"
     text = code.read_text(encoding="utf-8")
     code.write_text(text.replace("import tiktoken\n", f"import tiktoken\nimport {package}\n", 1), encoding="utf-8")
+
+
+def edit_tokenizer_config(folder: Path, **changes: object) -> None:
+    """Set top-level keys of tokenizer_config.json (the class's init arguments)."""
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config.update(changes)
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
+def set_added_token_flag(folder: Path, content: str, flag: str, value: bool = True) -> None:
+    """Set an AddedToken flag (lstrip, rstrip, single_word, normalized) of one added token in tokenizer_config.json."""
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    [entry] = [e for e in config["added_tokens_decoder"].values() if e["content"] == content]
+    entry[flag] = value
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
+def add_to_class(folder: Path, source: str) -> None:
+    """Add methods (indented source) to the remote code's TikTokenTokenizer."""
+    code = folder / "tokenization_kimi.py"
+    head = "class TikTokenTokenizer(PreTrainedTokenizer):\n"
+    text = code.read_text(encoding="utf-8")
+    assert head in text
+    code.write_text(text.replace(head, head + source.rstrip("\n") + "\n\n", 1), encoding="utf-8")
+
+
+def replace_in_remote_code(folder: Path, old: str, new: str) -> None:
+    code = folder / "tokenization_kimi.py"
+    text = code.read_text(encoding="utf-8")
+    assert text.count(old) == 1, old
+    code.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def import_a_missing_name(folder: Path) -> None:
+    """Make the remote code import a name its module does not have under the installed transformers, as Moonshot's
+    K2-era tokenization_kimi.py does (bytes_to_unicode moved out of transformers' gpt2 module in transformers 5)."""
+    code = folder / "tokenization_kimi.py"
+    text = code.read_text(encoding="utf-8")
+    line = "from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode\n"
+    code.write_text(text.replace("import tiktoken\n", "import tiktoken\n" + line, 1), encoding="utf-8")

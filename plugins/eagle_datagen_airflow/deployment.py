@@ -3,9 +3,11 @@
 SGLang: an Airflow connection (conn type `http` or `generic`) whose host and port (and schema, `http` or
 `https`) name one endpoint, or whose extra `{"urls": ["http://a:30000", ...]}` names several replicas.
 The extra also says what the deployment serves: `tokenizer` (a directory or hub id of the target
-model's tokenizer; `standin:kimi-k2.5` for the stand-in), and optionally `profile`, `model`,
-`trust_remote_code`, `concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`:
-how requests spread over several replica URLs; docs/prefix_cache.md). For example
+model's tokenizer; `standin:kimi-k2.5` for the stand-in; else EAGLE_DATAGEN_TOKENIZER on the workers), and
+optionally `profile`, `model`, `trust_remote_code` (else EAGLE_DATAGEN_TRUST_REMOTE_CODE on the workers: it goes
+with the tokenizer), `tiktoken_fast_path` (false: encode every prompt through the tokenizer's own call),
+`concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`: how requests spread over
+several replica URLs; docs/prefix_cache.md). For example
 
     AIRFLOW_CONN_SGLANG_DEFAULT='{"conn_type": "http", "host": "sglang", "port": 30000,
                                   "extra": {"tokenizer": "/models/Kimi-K2.5", "trust_remote_code": true}}'
@@ -34,7 +36,16 @@ from eagle_datagen.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-EXTRA_KEYS = {"urls", "tokenizer", "profile", "model", "trust_remote_code", "concurrency", "balance"}
+EXTRA_KEYS = {
+    "urls",
+    "tokenizer",
+    "profile",
+    "model",
+    "trust_remote_code",
+    "tiktoken_fast_path",
+    "concurrency",
+    "balance",
+}
 AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 REGION_VARIABLE = "AWS_DEFAULT_REGION"
 
@@ -48,6 +59,7 @@ class Deployment:
     profile: str = settings.default_of("profile")
     model: str | None = None
     trust_remote_code: bool = False
+    tiktoken_fast_path: bool = settings.default_of("tiktoken_fast_path")
     concurrency: int | None = None
     balance: str = settings.default_of("balance")
 
@@ -78,7 +90,11 @@ def sglang_deployment(conn_id: str) -> Deployment:
         tokenizer=str(tokenizer),
         profile=str(extra.get("profile") or settings.default_of("profile")),
         model=extra.get("model"),
-        trust_remote_code=_flag(extra.get("trust_remote_code", False)),
+        # beside the tokenizer, wherever it is set: the extra, else the workers' environment
+        trust_remote_code=_flag(
+            extra.get("trust_remote_code", os.environ.get("EAGLE_DATAGEN_TRUST_REMOTE_CODE", False))
+        ),
+        tiktoken_fast_path=_flag(extra.get("tiktoken_fast_path", settings.default_of("tiktoken_fast_path"))),
         concurrency=int(extra["concurrency"]) if extra.get("concurrency") else None,
         balance=str(extra.get("balance") or settings.default_of("balance")),
     )

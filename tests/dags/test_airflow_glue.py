@@ -74,6 +74,18 @@ def test_sglang_connection_with_replicas_and_deployment_facts(connection):
     assert deployment.trust_remote_code is True and deployment.concurrency == 64
 
 
+def test_trust_remote_code_goes_with_the_tokenizer_from_the_workers_environment(connection, monkeypatch):
+    from eagle_datagen_airflow.deployment import sglang_deployment
+
+    monkeypatch.setenv("EAGLE_DATAGEN_TOKENIZER", "/models/Kimi-K2.5")
+    monkeypatch.setenv("EAGLE_DATAGEN_TRUST_REMOTE_CODE", "true")
+    connection("sglang_env", conn_type="http", host="sglang-0", port=30000)
+    deployment = sglang_deployment("sglang_env")
+    assert deployment.tokenizer == "/models/Kimi-K2.5" and deployment.trust_remote_code is True
+    connection("sglang_env", conn_type="http", host="sglang-0", port=30000, extra={"trust_remote_code": False})
+    assert sglang_deployment("sglang_env").trust_remote_code is False  # the connection's own word comes first
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
@@ -309,3 +321,27 @@ def test_a_plan_held_by_another_dag_run_warns_when_it_is_live_fails_when_silent_
     states[(killed.dag_id, killed.run_id)] = "failed"  # its task instances marked failed: the DAG run ended
     assert tasks.plan(config("chat-next3"), servers, params, None, lambda d, r: states[(d, r)]) == [0, 1, 2]
     assert [k for k in root.list("claims/") if "chat-killed" in k] == []  # released
+
+
+def test_a_remote_code_tokenizer_without_trust_remote_code_fails_the_preflight_task_in_one_line(
+    connection, tmp_path, standin_dir
+):
+    """The connection names the remote-code stand-in without "trust_remote_code": the preflight task stops before
+    any server is asked (none listens at its URL), naming the folder, the class and the connection extra."""
+    from types import SimpleNamespace
+
+    from eagle_datagen_airflow.tasks import preflight
+
+    from conftest import DEMO_RECIPE
+
+    extra = {"urls": ["http://127.0.0.1:9"], "tokenizer": str(standin_dir)}
+    connection("sglang_untrusted", conn_type="http", extra=extra)
+    params = {"sglang_conn_id": "sglang_untrusted", "aws_conn_id": "aws_none", "output": str(tmp_path / "out")}
+    with pytest.raises(ConfigError) as info:
+        preflight("math", str(DEMO_RECIPE), params, SimpleNamespace(params={}), SimpleNamespace(conf={}, run_id="m1"))
+    line = str(info.value)
+    assert (
+        "\n" not in line and f"tokenizer {standin_dir} ships its own code (tokenization_kimi.TikTokenTokenizer)" in line
+    )
+    assert "the connection extra trust_remote_code: true" in line
+    assert not (tmp_path / "out").exists()

@@ -1,5 +1,6 @@
 """An incremental run recognises published samples by prompt and sampling, not by ids: under an output root
-whose published runs used another tokenizer, it is refused in one line instead of mixing two tokenizations."""
+whose published runs used another tokenizer, it is refused in one line instead of mixing two tokenizations. A
+rerun of a run (the same --run-id) with an edited chat template is refused the same way, end to end."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.storage.output_root import open_output_root
 from eagle_datagen.tokenization.stage import setup_tokenize
-from generation_runs import run_options
+from generation_runs import run_cli, run_options
 from standin_variants import copy_standin, swap_byte_ranks
+
+from conftest import user_record, write_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -44,3 +47,20 @@ def test_an_incremental_run_with_another_tokenizer_is_refused(tmp_path, standin_
     setup = setup_tokenize(same.prompts)
     plan = prepare_plan(setup, open_output_root(output), "third", same, setup.loaded.provenance(), "default")
     assert plan.total_samples == 2  # the same tokenizer: only the two new prompts
+
+
+def test_a_rerun_with_an_edited_chat_template_is_refused(tmp_path, standin_dir):
+    folder = copy_standin(standin_dir, tmp_path / "tok")
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"question {i}?") for i in range(3)])
+    out = tmp_path / "out"
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        args = ["--prompts", str(src), "--output", str(out), "--run-id", "r1", "--sglang-url", sim.url,
+                "--draft-vocab-size", "16", "--tokenizer", str(folder)]  # fmt: skip
+        first = run_cli(args)
+        assert first.returncode == 0, first.stderr[-3000:]
+        template = folder / "chat_template.jinja"
+        template.write_text(template.read_text().replace("{{ tools_ts_str }}", "{{ tools_ts_str }}\n"))
+        rerun = run_cli(args)
+    assert rerun.returncode == 1, rerun.stderr[-3000:]
+    [line] = [line for line in rerun.stderr.splitlines() if "error:" in line]
+    assert "run r1 was made with another tokenizer than this one (chat_template_sha256 " in line, line

@@ -129,8 +129,9 @@ def test_loaded_through_its_own_remote_code(tokenizer):
 
 
 def test_remote_code_and_fast_variant_give_the_same_ids(tokenizer, fast_tokenizer):
-    """Same ranks, same ids: ordinary text, special-token text, the rendered templates (tools aside); and the
-    batched path of the remote code equals its generic slow path (added-token split, _tokenize, one id at a time)."""
+    """Same ranks, same ids: ordinary text, special-token text, the rendered templates (tools aside); the remote
+    code's call (transformers' generic slow path: added-token split, _tokenize, one id at a time) equals its
+    encode() without keywords (tiktoken on the whole text)."""
     texts = _corpus().split("\n\n") + [
         "The assistant explains reasoning step by step. 中文 Ünïcode 😀 x^2 + y^2",
         "<think>hi</think><|im_end|>  trailing   spaces\n\n\tand tabs 12345678 ＡＢＣ",
@@ -139,11 +140,27 @@ def test_remote_code_and_fast_variant_give_the_same_ids(tokenizer, fast_tokenize
     remote = tokenizer(texts, add_special_tokens=False)["input_ids"]
     assert remote == fast_tokenizer(texts, add_special_tokens=False)["input_ids"]
     assert remote == [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(t)) for t in texts]
-    assert [tokenizer.encode(t) for t in texts[-3:]] == remote[-3:]
+    assert [tokenizer.encode(t) for t in texts] == remote
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "多少 is 2+2?"}]
     assert tokenizer.apply_chat_template(messages) == fast_tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=False
     )
+
+
+def test_encoding_has_the_real_files_call_structure_and_no_shortcut(tokenizer):
+    """Calls take transformers' generic path (the real file overrides none of its steps); encode() without keywords
+    cuts runs of more than 25,000 characters before tiktoken, as the real file does; with keywords it is
+    transformers' encode."""
+    from transformers import PreTrainedTokenizer
+
+    cls = type(tokenizer)
+    assert all(getattr(cls, name) is getattr(PreTrainedTokenizer, name) for name in ("__call__", "_encode_plus"))
+    run = "the" * 9000  # 27,000 characters, no whitespace
+    assert tokenizer.encode(run) != tokenizer.model.encode(run, allowed_special="all")
+    assert tokenizer.encode(run) == tokenizer.model.encode(run[:25_000]) + tokenizer.model.encode(run[25_000:])
+    assert tokenizer(run, add_special_tokens=False)["input_ids"] == tokenizer.encode(run)
+    assert tokenizer.encode("<|im_end|>", allow_special_tokens=False) != [163586]
+    assert tokenizer.encode("<|im_end|>", add_special_tokens=False) == [163586]  # transformers' encode: trie split
 
 
 def test_apply_chat_template_defaults_like_the_real_one(tokenizer):

@@ -12,7 +12,7 @@ import pytest
 
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.tokenization.loader import load_tokenizer
-from standin_variants import break_import, copy_standin, swap_byte_ranks
+from standin_variants import break_import, copy_standin, import_a_missing_name, swap_byte_ranks
 
 from conftest import REPO, user_record, write_jsonl
 
@@ -59,11 +59,42 @@ def test_with_the_flag_it_tokenizes_through_its_own_code(standin_dir, tmp_path):
     }
 
 
+def test_the_tiktoken_fast_path_and_the_own_call_write_the_same_parts(tmp_path):
+    """`--no-tiktoken-fast-path` sends every text through the tokenizer's own call: the same bytes come out."""
+    rows = [user_record(f"question {i}: 多少 is {i}+{i}?\tand a tab") for i in range(70)]
+    rows.append(user_record("x" + "y" * 30_000))  # a run the remote code cuts: its own call on both sides
+    src = write_jsonl(tmp_path / "p.jsonl", rows)
+    parts = {}
+    for name, extra in (("fast", []), ("own", ["--no-tiktoken-fast-path"])):
+        out = tmp_path / name
+        args = ["tokenize", "--prompts", str(src), "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code",
+                "--max-prompt-tokens", "100000", "--output", str(out), *extra]  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-m", "eagle_datagen.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=300
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        said = "encoding through its tiktoken.Encoding directly" if name == "fast" else "tiktoken fast path is off"
+        assert said in result.stderr
+        parts[name] = {p.relative_to(out): p.read_bytes() for p in out.rglob("*.parquet")}
+    assert parts["fast"] == parts["own"] and len(parts["fast"]) == 1
+
+
 def test_remote_code_that_cannot_import_gives_one_line(standin_dir, tmp_path):
     folder = copy_standin(standin_dir, tmp_path / "tok")
     break_import(folder)
     line = error_line(tokenize_cli(tmp_path, str(folder), "--trust-remote-code"))
     assert "tokenization_kimi.TikTokenTokenizer" in line and "pip install eagle_missing_tokenizer_dep" in line
+
+
+def test_remote_code_importing_a_name_transformers_lacks_names_it_and_the_version(standin_dir, tmp_path):
+    import transformers
+
+    folder = copy_standin(standin_dir, tmp_path / "tok-k2-era")
+    import_a_missing_name(folder)  # Moonshot's K2-era import, gone in transformers 5
+    line = error_line(tokenize_cli(tmp_path, str(folder), "--trust-remote-code"))
+    assert "imports bytes_to_unicode from transformers.models.gpt2.tokenization_gpt2" in line, line
+    assert f"the installed transformers {transformers.__version__} does not have" in line
+    assert "pip install" not in line  # transformers is installed: installing it again would not help
 
 
 @pytest.mark.parametrize("change", ["template", "tiktoken.model", "tool encoder"])
@@ -89,13 +120,43 @@ def test_a_tampered_tokenizer_changes_the_provenance(standin_dir, tmp_path, kimi
     }[change] == (changed, files)
 
 
-def test_a_class_other_than_the_auto_map_one_is_refused(standin_dir, tmp_path, kimi_profile):
+def test_an_auto_map_naming_a_missing_class_gives_one_line(standin_dir, tmp_path, kimi_profile):
     import json
 
-    folder = copy_standin(standin_dir, tmp_path / "tok")
+    folder = copy_standin(standin_dir, tmp_path / "tok-missing-class")
     config = json.loads((folder / "tokenizer_config.json").read_text())
     config["auto_map"]["AutoTokenizer"][0] = "tokenization_kimi.OtherTokenizer"
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError) as info:
         load_tokenizer(str(folder), kimi_profile, trust_remote_code=True)
-    assert "\n" not in str(info.value)
+    line = str(info.value)
+    assert "\n" not in line and "its code (tokenization_kimi.OtherTokenizer) fails to load: AttributeError" in line
+
+
+def test_a_class_other_than_the_auto_map_one_is_refused(standin_dir, tmp_path, kimi_profile):
+    """The module's `TikTokenTokenizer` is bound to another class (a look-alike subclass): transformers loads that
+    class, and the loader refuses it, naming both."""
+    folder = copy_standin(standin_dir, tmp_path / "tok-other-class")
+    code = folder / "tokenization_kimi.py"
+    code.write_text(
+        code.read_text()
+        + "\n\nclass LookalikeTokenizer(TikTokenTokenizer):\n    pass\n\n\nTikTokenTokenizer = LookalikeTokenizer\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_tokenizer(str(folder), kimi_profile, trust_remote_code=True)
+    assert str(info.value) == (
+        f"tokenizer {folder} maps AutoTokenizer to tokenization_kimi.TikTokenTokenizer, but transformers loaded "
+        "LookalikeTokenizer: the folder's own code must tokenize (check its auto_map)"
+    )
+
+
+def test_a_look_alike_of_a_remote_code_reference_tokenizer_is_flagged(kimi_profile, caplog):
+    """The kimi-k2.5 profile says its reference tokenizer is remote code: a fast tokenizer.json loads, with a
+    warning; the remote-code one without."""
+    assert kimi_profile.reference_tokenizer == "remote_code"
+    with caplog.at_level("WARNING", logger="eagle_datagen.tokenization.loader"):
+        load_tokenizer("standin:kimi-k2.5-fast", kimi_profile)
+        load_tokenizer("standin:kimi-k2.5", kimi_profile, trust_remote_code=True)
+    [warning] = [r.getMessage() for r in caplog.records if "is not remote code" in r.getMessage()]
+    assert warning.startswith("tokenizer standin:kimi-k2.5-fast is not remote code, but moonshotai/Kimi-K2.5's own")
+    assert "--trust-remote-code" in warning

@@ -39,7 +39,7 @@ async def preflight_run(
     allow_model_mismatch: bool,
     wait_s: float,
     by: str,
-    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[None]] | None = None,
+    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[dict[str, str]]] | None = None,
 ) -> list[ServerInfo]:
     """The endpoints that passed; the others recorded as left out of run `run_id` (by `by`: "run", "preflight").
     `agreement`: the client-vs-server tokenizer check (inference/tokenizer_agreement.py) on those that passed."""

@@ -107,6 +107,7 @@ class RunConfig:
     max_attempts: int = settings.MAX_ATTEMPTS
     canary: bool = True
     trust_remote_code: bool = False
+    tiktoken_fast_path: bool = True
     # The settings only the command line sets today (settings.py says why); the Airflow path keeps these
     # defaults, and `options()` is the one place that turns settings into RunOptions for both.
     seed: int | None = None  # None: the recipe's, else 0
@@ -161,6 +162,7 @@ class RunConfig:
                 categories=self.categories,
                 limit=self.limit,
                 trust_remote_code=self.trust_remote_code,
+                tiktoken_fast_path=self.tiktoken_fast_path,
                 near_duplicate_threshold=self.near_duplicate_threshold,
                 max_prompt_tokens=self.max_prompt_tokens,
                 max_reject_rate=self.max_reject_rate,

@@ -361,11 +361,11 @@ async def judge_endpoints(
     wait_s: float = settings.WAIT_READY_S,
     canary_timeout_s: float = 600.0,
     min_endpoints: int = settings.MIN_ENDPOINTS,
-    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[None]] | None = None,
+    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[dict[str, str]]] | None = None,
 ) -> EndpointVerdicts:
     """Preflight every endpoint; those that fail are left out with a warning. ConfigError (one line) when
     fewer than `min_endpoints` pass, RunLevelError as soon as one endpoint fails in a way that is the run's.
-    `agreement`: the client-vs-server tokenizer check, run on the endpoints that passed."""
+    `agreement`: the client-vs-server tokenizer check, run on the endpoints that passed; those it names are left out."""
     check_endpoint_urls(urls)
     timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
 
@@ -383,7 +383,8 @@ async def judge_endpoints(
         verdicts = await asyncio.gather(*(judged(session, url) for url in urls))
         passed = [v.url for v in verdicts if isinstance(v, ServerInfo)]
         if agreement is not None and passed:  # the client's tokenizer against the servers' (tokenizer_agreement.py)
-            await agreement(session, passed)
+            disagreeing = await agreement(session, passed)  # {url: why}: left out like any failed check
+            verdicts = [LeftOut(v.url, disagreeing[v.url]) if v.url in disagreeing else v for v in verdicts]
     servers = [v for v in verdicts if isinstance(v, ServerInfo)]
     left_out = [v for v in verdicts if isinstance(v, LeftOut)]
     if len(servers) < max(min_endpoints, 1):
@@ -413,7 +414,7 @@ async def preflight(
     allow_model_mismatch: bool = False,
     wait_s: float = settings.WAIT_READY_S,
     canary_timeout_s: float = 600.0,
-    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[None]] | None = None,
+    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[dict[str, str]]] | None = None,
 ) -> list[ServerInfo]:
     """Every endpoint must pass (`judge_endpoints` with all of them required)."""
     verdicts = await judge_endpoints(

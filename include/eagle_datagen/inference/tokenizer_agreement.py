@@ -7,28 +7,36 @@ downstream would notice. So, where an endpoint loads a tokenizer, a few canary c
 prompt, tools, multilingual, a prior assistant turn with reasoning: tokenization/canaries.py) are rendered and
 encoded by the server through SGLang's `/v1/tokenize` with `messages` (0.5.23: the chat endpoint's own rendering,
 `add_generation_prompt` passed to the template, encoded without added special tokens), and compared with the
-client's ids, encoded as the pipeline encodes (tokenize.py). A mismatch stops the run with one line naming the
-canary, the first differing position and both tokens. A server started with `--skip-tokenizer-init` has no
-tokenizer to ask: the check is skipped, and said once.
+client's ids, encoded as the pipeline encodes (tokenize.py).
+
+Verdicts, per endpoint: the same ids on every canary; a mismatch, one line naming the canary, the first differing
+position and both tokens; no tokenizer (`--skip-tokenizer-init`): nothing to compare, the check is skipped and said
+once; or a tokenizer that cannot be asked (no `/v1/tokenize`, another answer than 200, no id list): that endpoint
+fails its preflight and is left out with the reason, as other per-endpoint failures are (inference/preflight.py).
+A mismatch on every endpoint that could be compared is the run's own failure (its tokenizer is not the served one)
+and stops it; a mismatch on some replicas while others agree leaves those replicas out: they are the odd ones.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import aiohttp
 
-from eagle_datagen.errors import ConfigError
 from eagle_datagen.inference.error_body import error_message
+from eagle_datagen.inference.preflight import RunLevelError
 from eagle_datagen.tokenization.canaries import CANARIES
 
 log = logging.getLogger(__name__)
 TOKENIZE_PATH = "/v1/tokenize"
 
-AgreementCheck = Callable[[aiohttp.ClientSession, list[str]], Awaitable[None]]
+# (session, the endpoints that passed the rest of the preflight) -> {endpoint to leave out: why}
+AgreementCheck = Callable[[aiohttp.ClientSession, list[str]], Awaitable[dict[str, str]]]
 
 
 def client_ids(tokenizer: Any) -> dict[str, list[int]]:
@@ -49,11 +57,21 @@ def first_difference(client: list[int], server: list[int]) -> int | None:
     return None if len(client) == len(server) else min(len(client), len(server))
 
 
+RUN_FIX = "point --tokenizer at the folder the server loads (with --trust-remote-code where it ships code)"
+REPLICA_FIX = "the other endpoints agree with the client: this one serves another tokenizer"
+
+
 def describe_mismatch(
-    url: str, canary: str, client: list[int], server: list[int], tokenizer: Any, server_text: str | None = None
+    url: str,
+    canary: str,
+    client: list[int],
+    server: list[int],
+    tokenizer: Any,
+    server_text: str | None = None,
+    fix: str = RUN_FIX,
 ) -> str:
     """One line: the canary, the first differing position, the client's token and the server's (as the server
-    decodes it, when it said)."""
+    decodes it, when it said), and `fix`."""
     position = first_difference(client, server)
     assert position is not None
 
@@ -65,7 +83,7 @@ def describe_mismatch(
     return (
         f"SGLang at {url} tokenizes canary {canary!r} differently from this run's tokenizer: first difference at "
         f"position {position} of {len(client)}: client {token(client, None)}, server {token(server, server_text)}; "
-        "point --tokenizer at the folder the server loads (with --trust-remote-code where it ships code)"
+        + fix
     )
 
 
@@ -103,7 +121,7 @@ async def _server_ids(
         raw = await response.read()
         status = response.status
     if status in (404, 405):
-        return None, f"it has no {TOKENIZE_PATH} route (SGLang before 0.5.23?)"
+        return None, f"it has no {TOKENIZE_PATH} route ({status})"
     if status != 200:
         return None, f"{TOKENIZE_PATH} answered {status} ({error_message(raw)[:200]})"
     try:
@@ -115,37 +133,68 @@ async def _server_ids(
     return tokens, ""
 
 
+@dataclass(frozen=True)
+class EndpointAgreement:
+    """One endpoint's verdict: `agrees`, `skipped` (no tokenizer), `unchecked` or `mismatch` (with why)."""
+
+    url: str
+    verdict: Literal["agrees", "skipped", "unchecked", "mismatch"]
+    why: str = ""
+    difference: tuple[str, list[int], list[int], str | None] | None = None  # canary, client ids, server's, its text
+
+    def describe(self, tokenizer: Any, fix: str) -> str:
+        assert self.difference is not None
+        canary, client, server, server_text = self.difference
+        return describe_mismatch(self.url, canary, client, server, tokenizer, server_text, fix)
+
+
 async def check_endpoint_agreement(
     session: aiohttp.ClientSession, url: str, tokenizer: Any, expected: dict[str, list[int]]
-) -> str | None:
-    """Raise ConfigError on a mismatch; return why the check was skipped, or None when it ran."""
-    info = await _server_info(session, url)
-    if info.get("skip_tokenizer_init") is True:
-        return f"SGLang at {url} runs with --skip-tokenizer-init (no tokenizer to compare with)"
-    for name, (messages, tools) in CANARIES.items():
-        server, why = await _server_ids(session, url, messages, tools)
-        if server is None:
-            return f"SGLang at {url}: {why}"
-        if server != expected[name]:
-            position = first_difference(expected[name], server)
-            text = await _server_text(session, url, server[position]) if position < len(server) else None
-            raise ConfigError(describe_mismatch(url, name, expected[name], server, tokenizer, text))
-    return None
+) -> EndpointAgreement:
+    """The endpoint's canary ids against the client's (`expected`)."""
+    try:
+        info = await _server_info(session, url)
+        if info.get("skip_tokenizer_init") is True:
+            return EndpointAgreement(url, "skipped", f"SGLang at {url} runs with --skip-tokenizer-init")
+        for name, (messages, tools) in CANARIES.items():
+            server, why = await _server_ids(session, url, messages, tools)
+            if server is None:
+                return EndpointAgreement(
+                    url,
+                    "unchecked",
+                    f"SGLang at {url} loads a tokenizer, but {why}: the client's tokenizer cannot be compared with it "
+                    f"(SGLang 0.5.23 or later answers {TOKENIZE_PATH} with messages)",
+                )
+            if server != expected[name]:
+                position = first_difference(expected[name], server)
+                text = await _server_text(session, url, server[position]) if position < len(server) else None
+                return EndpointAgreement(url, "mismatch", "", (name, expected[name], server, text))
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # it passed its preflight: say how this failed
+        detail = " ".join(f"{type(exc).__name__} {exc}".split())[:200]
+        return EndpointAgreement(url, "unchecked", f"SGLang at {url}: {TOKENIZE_PATH} failed ({detail})")
+    return EndpointAgreement(url, "agrees")
 
 
 def agreement_check(tokenizer: Any) -> AgreementCheck:
-    """The preflight hook: every endpoint's tokenizer against the client's, skipped ones said once."""
+    """The preflight hook: every endpoint's tokenizer against the client's. Returns the endpoints to leave out,
+    with why; raises RunLevelError when every endpoint that could be compared disagrees."""
 
-    async def check(session: aiohttp.ClientSession, urls: list[str]) -> None:
+    async def check(session: aiohttp.ClientSession, urls: list[str]) -> dict[str, str]:
         expected = client_ids(tokenizer)
-        skipped = []
-        for url in urls:
-            why = await check_endpoint_agreement(session, url, tokenizer, expected)
-            if why is not None:
-                skipped.append(why)
-        if skipped:
-            log.warning("tokenizer agreement check skipped: %s", "; ".join(skipped))
-        else:
-            log.info("tokenizer agreement: %d canaries give the same ids on %d endpoint(s)", len(expected), len(urls))
+        verdicts = await asyncio.gather(*(check_endpoint_agreement(session, url, tokenizer, expected) for url in urls))
+        by_verdict: dict[str, list[EndpointAgreement]] = {}
+        for verdict in verdicts:
+            by_verdict.setdefault(verdict.verdict, []).append(verdict)
+        mismatched, agreeing = by_verdict.get("mismatch", []), by_verdict.get("agrees", [])
+        if mismatched and not agreeing:  # no endpoint agrees: the client's tokenizer is not the served one
+            raise RunLevelError(mismatched[0].describe(tokenizer, RUN_FIX))
+        if by_verdict.get("skipped"):
+            log.warning("tokenizer agreement check skipped: %s", "; ".join(v.why for v in by_verdict["skipped"]))
+        if agreeing:
+            log.info(
+                "tokenizer agreement: %d canaries give the same ids on %d endpoint(s)", len(expected), len(agreeing)
+            )
+        left_out = {v.url: v.why for v in by_verdict.get("unchecked", [])}
+        return left_out | {v.url: v.describe(tokenizer, REPLICA_FIX) for v in mismatched}
 
     return check

@@ -22,12 +22,14 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.profile import ModelProfile
+from eagle_datagen.tokenization import tiktoken_path
 from eagle_datagen.tokenization.canaries import render_canaries, rendered_sha256
 from eagle_datagen.tokenization.remote_code import (
     auto_map_class,
@@ -69,6 +71,12 @@ class LoadedTokenizer:
     remote_code: str | None = None  # the auto_map class (`module.Class`) when the folder ships its code
     file_sha256: dict[str, str] = field(default_factory=dict)  # tiktoken.model and each remote-code file
     rendered_template_sha256: str = ""  # the canary conversations as the tokenizer renders them
+    tiktoken_encoding: Any = None  # the tokenizer's tiktoken.Encoding, where proven to give its ids (tiktoken_path.py)
+
+    def encoder(self) -> Callable[[Sequence[str]], list[list[int]]]:
+        """Texts -> their ids as the tokenizer's own call gives them (by the proven fast path where there is one);
+        one per process and stream (it counts the texts it spot-checks)."""
+        return tiktoken_path.text_encoder(self.tokenizer, self.spec, self.tiktoken_encoding)
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -205,10 +213,42 @@ def check_tokenizer(tokenizer: Any, profile: ModelProfile, where: str) -> dict[i
     return beyond
 
 
+def _proven_encoding(tokenizer: Any, rendered: dict[str, str], wanted: bool, spec: str, announce: bool) -> Any:
+    """The tokenizer's tiktoken.Encoding where the fast path gives its ids (tiktoken_path.py), else None."""
+    encoding = tiktoken_path.tiktoken_encoding(tokenizer)
+    if encoding is None:
+        return None
+    if not wanted:
+        if announce:
+            log.info("tokenizer %s: the tiktoken fast path is off, every text goes through its own call", spec)
+        return None
+    why_not = tiktoken_path.prove(tokenizer, encoding, rendered.values())
+    if announce and why_not is not None:
+        log.warning(
+            "tokenizer %s: not encoding through its tiktoken.Encoding directly (%s): every text goes through the "
+            "tokenizer's own call (the same ids, several times slower)",
+            spec,
+            why_not,
+        )
+    elif announce:
+        log.info(
+            "tokenizer %s: encoding through its tiktoken.Encoding directly (proven at load to give the ids of its "
+            "own call; one text in %d is compared again as the run goes)",
+            spec,
+            tiktoken_path.SPOT_CHECK_EVERY,
+        )
+    return encoding if why_not is None else None
+
+
 def load_tokenizer(
-    spec: str, profile: ModelProfile, trust_remote_code: bool = False, announce: bool = True
+    spec: str,
+    profile: ModelProfile,
+    trust_remote_code: bool = False,
+    announce: bool = True,
+    tiktoken_fast_path: bool = True,
 ) -> LoadedTokenizer:
-    """Load and check the tokenizer; `announce=False` (worker processes) keeps the log to the parent's lines."""
+    """Load and check the tokenizer; `announce=False` (worker processes) keeps the log to the parent's lines.
+    `tiktoken_fast_path`: encode through the tokenizer's tiktoken.Encoding where that is proven the same."""
     path = resolve_tokenizer_path(spec)
     tokenizer, class_ref = _auto_tokenizer(path, trust_remote_code, spec)
     beyond = check_tokenizer(tokenizer, profile, spec)
@@ -218,6 +258,7 @@ def load_tokenizer(
         for file in [local / "tiktoken.model", *remote_code_files(local)]:
             if file.is_file():
                 files[file.name] = sha256_of(file)
+    rendered = render_canaries(tokenizer)
     loaded = LoadedTokenizer(
         tokenizer=tokenizer,
         profile=profile,
@@ -230,7 +271,8 @@ def load_tokenizer(
         tokenizer_module=type(tokenizer).__module__,
         remote_code=class_ref,
         file_sha256=files,
-        rendered_template_sha256=rendered_sha256(render_canaries(tokenizer)),
+        rendered_template_sha256=rendered_sha256(rendered),
+        tiktoken_encoding=_proven_encoding(tokenizer, rendered, tiktoken_fast_path, spec, announce),
     )
     if not announce:
         return loaded

@@ -19,6 +19,7 @@ from typing import Any
 from eagle_datagen.errors import ConfigError
 
 _MISSING_PACKAGES = re.compile(r"packages that were not found in your environment: ([\w\-., ]+?)\. Run")
+_MISSING_NAME = re.compile(r"cannot import name '([^']+)' from '([\w.]+)'")
 
 
 def auto_map_class(folder: Path) -> str | None:
@@ -45,9 +46,31 @@ def refuse_without_flag(where: str, class_ref: str) -> ConfigError:
     )
 
 
+def _installed_version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "(version unknown)"
+
+
 def import_failure(where: str, class_ref: str, exc: ImportError) -> ConfigError:
-    """One line naming the package the remote code could not import."""
+    """One line: the package the remote code could not import, or the name an installed module lacks (code written
+    for another version of it: Moonshot's K2-era file imports bytes_to_unicode from transformers' gpt2 module,
+    which transformers 5 no longer has there)."""
     text = " ".join(str(exc).split())
+    missing_name = _MISSING_NAME.search(text)
+    if missing_name:
+        symbol, module = missing_name.groups()
+        package = module.split(".")[0]
+        installed = _installed_version(package)
+        return ConfigError(
+            f"tokenizer {where}: its code ({class_ref}) imports {symbol} from {module}, which the installed "
+            f"{package} {installed} does not have: the code was written for another {package} version; use the "
+            f"model's tokenizer code for {package} {installed} (its repository's current revision), or run with the "
+            f"{package} version the code was written for"
+        )
     found = _MISSING_PACKAGES.search(text)
     package = found.group(1) if found else (exc.name or "").split(".")[0] or text[:120]
     return ConfigError(

@@ -59,6 +59,7 @@ class TokenizeOptions:
     seed: int | None = None
     processes: int | None = None
     trust_remote_code: bool = False
+    tiktoken_fast_path: bool = True  # encode through the tokenizer's tiktoken.Encoding where proven the same
     # Keep records whose text would put special tokens into the prompt (None: the recipe's, else False).
     allow_special_token_text: bool | None = None
     # How --prompts sources are read (a recipe names these per source): format, column mapping, history.
@@ -131,7 +132,9 @@ def setup_tokenize(options: TokenizeOptions) -> TokenizeSetup:
         else plans_from_sources(options.prompts, **source_settings)
     )
     filters = prompt_filters(options, recipe)
-    loaded = load_tokenizer(options.tokenizer, profile, options.trust_remote_code)
+    loaded = load_tokenizer(
+        options.tokenizer, profile, options.trust_remote_code, tiktoken_fast_path=options.tiktoken_fast_path
+    )
     max_reject_rate = options.max_reject_rate
     if max_reject_rate is None:
         max_reject_rate = recipe.max_reject_rate if recipe else DEFAULT_MAX_REJECT_RATE

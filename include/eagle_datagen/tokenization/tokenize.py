@@ -3,7 +3,9 @@
 Each prompt is rendered with `apply_chat_template(messages, tools=..., add_generation_prompt=True,
 tokenize=False)` (tools differ per prompt) and a batch of rendered prompts is encoded in one call with
 `add_special_tokens=False`, which is exactly what `apply_chat_template(..., tokenize=True)` does, but
-lets the Rust tokenizer encode the whole batch at once. Large inputs are split over worker processes.
+lets the Rust tokenizer encode the whole batch at once; a slow tokenizer over tiktoken (Kimi-K2.5's remote
+code) is encoded through its tiktoken.Encoding directly where that is proven to give the same ids
+(tiktoken_path.py). Large inputs are split over worker processes.
 A record whose strings would put special ids into the prompt that the template did not place (literal
 `<|im_end|>` typed by a user) is rejected as `special_token_text` unless the run allows it
 (special_tokens.py). A prompt holding an id at or above the model's `vocab_size` (a tokenizer larger than
@@ -17,7 +19,7 @@ import logging
 import multiprocessing
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +29,7 @@ from eagle_datagen.progress import Progress
 from eagle_datagen.records import PromptRecord, Reject, excerpt_of
 from eagle_datagen.tokenization.loader import LoadedTokenizer
 from eagle_datagen.tokenization.special_tokens import SpecialTokenGuard
+from eagle_datagen.tokenization.tiktoken_path import own_call
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 256
@@ -77,10 +80,12 @@ def tokenize_batch(
     records: Sequence[PromptRecord],
     limits: Mapping[str, int],
     guard: SpecialTokenGuard | None = None,
+    encode: Callable[[Sequence[str]], list[list[int]]] | None = None,
 ) -> tuple[list[TokenizedPrompt], list[Reject]]:
     """Render and encode one batch; a record that fails is rejected with its reason, the rest go on.
     With a `guard`, records holding special-token text are rendered a second time as a skeleton (see
-    special_tokens.py), encoded in the same batch."""
+    special_tokens.py), encoded in the same batch. `encode`: LoadedTokenizer.encoder() (default: the
+    tokenizer's own call)."""
     rendered: list[tuple[PromptRecord, str]] = []
     # index in rendered -> (what was found where, index of the skeleton's text or None)
     skeletons: dict[int, tuple[str, int | None]] = {}
@@ -104,7 +109,7 @@ def tokenize_batch(
                 skeletons[len(rendered)] = (found, None)
         rendered.append((record, text))
     texts = [text for _, text in rendered] + extra_texts
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    encoded = encode(texts) if encode is not None else own_call(tokenizer, texts)
     encoded, skeleton_ids = encoded[: len(rendered)], encoded[len(rendered) :]
     suffix = profile.prompt_suffix_ids
     tokenized: list[TokenizedPrompt] = []
@@ -146,11 +151,17 @@ def tokenize_batch(
 
 
 # Worker state: set in the parent before forking (inherited), or by _init_worker under spawn.
-_worker: tuple[Any, ModelProfile, Mapping[str, int], SpecialTokenGuard | None] | None = None
+_Encode = Callable[[Sequence[str]], list[list[int]]]
+_worker: tuple[Any, ModelProfile, Mapping[str, int], SpecialTokenGuard | None, _Encode] | None = None
 
 
 def _init_worker(
-    spec: str, profile: ModelProfile, limits: Mapping[str, int], trust_remote_code: bool, guarded: bool
+    spec: str,
+    profile: ModelProfile,
+    limits: Mapping[str, int],
+    trust_remote_code: bool,
+    guarded: bool,
+    tiktoken_fast_path: bool,
 ) -> None:
     global _worker
     # A forked child must not use the Rust thread pool it inherited (its threads do not survive the fork):
@@ -159,14 +170,15 @@ def _init_worker(
     if _worker is None:
         from eagle_datagen.tokenization.loader import load_tokenizer
 
-        tokenizer = load_tokenizer(spec, profile, trust_remote_code, announce=False).tokenizer
-        _worker = (tokenizer, profile, limits, SpecialTokenGuard.of(tokenizer, profile) if guarded else None)
+        loaded = load_tokenizer(spec, profile, trust_remote_code, announce=False, tiktoken_fast_path=tiktoken_fast_path)
+        guard = SpecialTokenGuard.of(loaded.tokenizer, profile) if guarded else None
+        _worker = (loaded.tokenizer, profile, limits, guard, loaded.encoder())
 
 
 def _work(records: Sequence[PromptRecord]) -> tuple[list[TokenizedPrompt], list[Reject]]:
     assert _worker is not None
-    tokenizer, profile, limits, guard = _worker
-    return tokenize_batch(tokenizer, profile, records, limits, guard)
+    tokenizer, profile, limits, guard, encode = _worker
+    return tokenize_batch(tokenizer, profile, records, limits, guard, encode)
 
 
 def auto_processes(n_prompts: int) -> int:
@@ -232,20 +244,28 @@ def tokenize_stream(
     progress = Progress("tokenize", total=total, unit="prompts")
     prompts = rejected = 0
     if processes <= 1:
+        encode = loaded.encoder()
         for chunk in _chunks(records, batch_size):
-            tokenized, rejects = tokenize_batch(loaded.tokenizer, loaded.profile, chunk, limits, guard)
+            tokenized, rejects = tokenize_batch(loaded.tokenizer, loaded.profile, chunk, limits, guard, encode)
             prompts, rejected = prompts + len(tokenized), rejected + len(rejects)
             progress.advance(len(chunk))
             yield tokenized, rejects
     else:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        _worker = (loaded.tokenizer, loaded.profile, limits, guard) if method == "fork" else None
+        _worker = (loaded.tokenizer, loaded.profile, limits, guard, loaded.encoder()) if method == "fork" else None
         try:
             with ProcessPoolExecutor(
                 processes,
                 mp_context=multiprocessing.get_context(method),
                 initializer=_init_worker,
-                initargs=(loaded.spec, loaded.profile, limits, trust_remote_code, guard is not None),
+                initargs=(
+                    loaded.spec,
+                    loaded.profile,
+                    limits,
+                    trust_remote_code,
+                    guard is not None,
+                    loaded.tiktoken_encoding is not None,
+                ),
             ) as pool:
                 in_flight: deque[tuple[int, Future[tuple[list[TokenizedPrompt], list[Reject]]]]] = deque()
                 chunks = _chunks(records, batch_size)

@@ -10,21 +10,26 @@ Written from the documented behaviour of the real `tokenization_kimi.py` (not a 
   tool schema and hands the template the tools rendered as TypeScript (`tools_ts_str`).
 Token strings use GPT-2's byte-to-character map, so " 2" is "Ġ2" and `assistant` is "assistant".
 
-Speed: a plain call (`tokenizer(texts)`, `encode(text)`: no pairs, padding, truncation or tensors) goes straight to
-tiktoken, text by text in one call of ours, special tokens included, instead of the generic slow path (added-token
-trie, one `_tokenize` per piece, ids converted one by one). Both give the same ids (the project's tests compare them).
+Encoding has the real file's call structure, and no shortcut of its own, so that the tests and benchmarks measure
+what a user of the real folder gets: `encode(text)` without keyword arguments cuts the text into pieces of at most
+400,000 characters, each with no run of whitespace or of other characters longer than 25,000 (tiktoken's Rust
+regex fails on longer ones), found character by character in Python, and encodes each with every special token
+allowed; with keyword arguments it is transformers' `encode`. A call (`tokenizer(texts)`) takes transformers'
+generic slow path: the added-token split, one `_tokenize` per piece (which is `encode` above, mapped to token
+strings) and the strings converted back to ids one by one through a dict. The pipeline's own fast path over the
+`tiktoken.Encoding` this class exposes as `model` is eagle_datagen/tokenization/tiktoken_path.py.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 from transformers import PreTrainedTokenizer
-from transformers.tokenization_utils_base import BatchEncoding
 
 from .tool_declaration_ts import encode_tools_to_typescript_style
 
@@ -43,26 +48,8 @@ PAT_STR = "|".join(
         r"""\s+""",
     ]
 )
-# Keyword arguments of `_encode_plus` under which a plain call may take the batched path, with their neutral values.
-_NEUTRAL = {
-    "add_special_tokens": None,  # adds nothing either way (build_inputs_with_special_tokens)
-    "padding_strategy": None,
-    "truncation_strategy": None,
-    "max_length": None,
-    "stride": 0,
-    "is_split_into_words": False,
-    "pad_to_multiple_of": None,
-    "padding_side": None,
-    "return_tensors": None,
-    "return_token_type_ids": None,
-    "return_attention_mask": None,
-    "return_overflowing_tokens": False,
-    "return_special_tokens_mask": False,
-    "return_length": False,
-    "return_offsets_mapping": False,
-    "verbose": True,
-    "split_special_tokens": False,
-}
+MAX_ENCODE_CHARS = 400_000  # longer texts are encoded in pieces this long
+MAX_RUN_CHARS = 25_000  # the longest run of whitespace, or of other characters, one tiktoken call is given
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -176,57 +163,49 @@ class TikTokenTokenizer(PreTrainedTokenizer):
         return list(token_ids_0) + list(token_ids_1 or [])
 
     # --- encoding ---------------------------------------------------------------------------------------------
+    def encode(self, text: Any, allow_special_tokens: bool = True, **kwargs: Any) -> list[int]:
+        """Without keyword arguments, tiktoken on pieces of the text (special-token text becomes its id unless
+        `allow_special_tokens` is False); with them, transformers' own `encode`."""
+        if kwargs:
+            return super().encode(text, **kwargs)
+        assert isinstance(text, str)
+        return self._encode_text_piece(text, allow_special_tokens)
+
+    def _encode_text_piece(self, text: str, allow_special_tokens: bool = True) -> list[int]:
+        ids: list[int] = []
+        for start in range(0, len(text), MAX_ENCODE_CHARS):
+            for piece in self._split_long_runs(text[start : start + MAX_ENCODE_CHARS], MAX_RUN_CHARS):
+                if allow_special_tokens:
+                    ids += self.model.encode(piece, allowed_special="all")
+                else:
+                    ids += self.model.encode(piece, disallowed_special=())
+        return ids
+
+    @staticmethod
+    def _split_long_runs(text: str, longest: int) -> Iterator[str]:
+        """`text` in consecutive pieces, none holding a run of more than `longest` whitespace characters or of
+        more than `longest` other characters (a run is cut where it gets too long, not at a word boundary)."""
+        piece_start = 0
+        run = 0
+        in_space = text[:1].isspace()
+        for index, char in enumerate(text):
+            space = char.isspace()
+            if space != in_space:
+                in_space, run = space, 1
+                continue
+            run += 1
+            if run > longest:
+                yield text[piece_start:index]
+                piece_start, run = index, 1
+        yield text[piece_start:]
+
     def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
-        """The generic slow path: added tokens are already split off, so the text is ordinary."""
-        return [self.decoder[i] for i in self.model.encode_ordinary(text)]
+        return [self.decoder[i] for i in self.encode(text)]
 
-    def encode(self, text: Any, *args: Any, **kwargs: Any) -> list[int]:
-        if isinstance(text, str) and not args and not kwargs:
-            return self.model.encode(text, allowed_special="all", disallowed_special=())
-        return super().encode(text, *args, **kwargs)
-
-    def _plain_call(self, text: Any, text_pair: Any, kwargs: dict[str, Any]) -> bool:
-        if text_pair is not None or not (
-            isinstance(text, str) or (isinstance(text, list) and all(isinstance(t, str) for t in text))
-        ):
-            return False
-        if set(kwargs) - set(_NEUTRAL) or self.split_special_tokens:
-            return False
-        for key, value in kwargs.items():
-            neutral = _NEUTRAL[key]
-            if key == "add_special_tokens" or key == "return_attention_mask" or value == neutral:
-                continue
-            if key in ("padding_strategy", "truncation_strategy") and getattr(value, "value", value) in (
-                "do_not_pad",
-                "do_not_truncate",
-                False,
-            ):
-                continue
-            if key == "split_special_tokens" and not value:
-                continue
-            if key == "verbose":
-                continue
-            return False
-        return True
-
-    def _encode_plus(self, text: Any, text_pair: Any = None, **kwargs: Any) -> BatchEncoding:
-        if not self._plain_call(text, text_pair, kwargs):
-            return super()._encode_plus(text, text_pair, **kwargs)
-        mask = kwargs.get("return_attention_mask")
-        with_mask = mask if mask is not None else "attention_mask" in self.model_input_names
-        if isinstance(text, str):
-            ids = self.model.encode(text, allowed_special="all", disallowed_special=())
-            data: dict[str, Any] = {"input_ids": ids}
-            if with_mask:
-                data["attention_mask"] = [1] * len(ids)
-            return BatchEncoding(data)
-        # One tiktoken call per text: its encode_batch hands the texts to a thread pool, slower on few cores.
-        encode = self.model.encode
-        batch = [encode(t, allowed_special="all", disallowed_special=()) for t in text]
-        data = {"input_ids": batch}
-        if with_mask:
-            data["attention_mask"] = [[1] * len(ids) for ids in batch]
-        return BatchEncoding(data)
+    def decode(self, token_ids: Any, **kwargs: Any) -> str:
+        if kwargs:
+            return super().decode(token_ids, **kwargs)
+        return self.model.decode([token_ids] if isinstance(token_ids, int) else list(token_ids))
 
     # --- chat template ----------------------------------------------------------------------------------------
     def apply_chat_template(

@@ -55,6 +55,7 @@ class SimConfig:
     model_path: str = "moonshotai/Kimi-K2.5"
     tokenizer_path: str | None = None  # set: decode `text` with it (else `text` is ""); reported either way
     tool_calls: bool = False  # with a tokenizer: answer prompts that declare tools with Kimi tool calls
+    tokenize_routes: bool = True  # /v1/tokenize and /v1/detokenize (False: an SGLang without them, 404)
     weight_version: str = "default"
     version: str = "0.5.9"  # the SGLang version /get_server_info reports
     tp_size: int = 8

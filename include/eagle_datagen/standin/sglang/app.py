@@ -199,8 +199,18 @@ async def sim_restart(request: web.Request) -> web.StreamResponse:
 
 
 async def abort_request(request: web.Request) -> web.Response:
-    """SGLang's POST /abort_request {"rid": ...}: 200 whether or not the rid is running (the stand-in keeps no
-    rids; the count of calls is in /sim/stats "polls")."""
+    """SGLang's POST /abort_request {"rid": ..., "abort_all": ...}: ends the requests held under that rid (or a
+    longer one: aborts.py), 200 with an empty body whether or not any was held; the calls are counted in
+    /sim/stats "polls", the requests ended in "aborted"."""
+    try:
+        body = json.loads(await request.read())
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        message = "1 validation error: the body must be a JSON object (AbortReq)"
+        return _json({"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}, 400)
+    state = _state(request)
+    state.stats.aborted += state.aborts.abort(str(body.get("rid") or ""), body.get("abort_all") is True)
     return web.Response(status=200)
 
 

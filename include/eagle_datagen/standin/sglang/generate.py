@@ -118,7 +118,7 @@ async def _generate(request: web.Request, state: SimState, arrived: float) -> we
     except ValueError as exc:
         return _json(InvalidBody(f"JSON decode error: {exc}").body(), 400)
     stream = isinstance(body, dict) and body.get("stream") is True
-    faults = state.faults.for_request(state.config.lose_after)
+    faults = state.faults.for_request(state.config.lost_after)
     if faults.error_429:
         state.stats.faults["error_429"] += 1
         return _json(ROUTER_429_BODY, 429)

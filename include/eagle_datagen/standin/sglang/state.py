@@ -41,6 +41,12 @@ class SimState:
     def starting(self) -> bool:
         return time.monotonic() < self.ready_at
 
+    @property
+    def stuck(self) -> bool:
+        """The scheduler has stopped (SimConfig.stuck_after): nothing it would answer is answered."""
+        after = self.config.stuck_after
+        return after is not None and self.faults.requests > after
+
     def came_up(self) -> None:
         self.ready_at = time.monotonic() + self.config.startup_seconds
 

@@ -54,8 +54,8 @@ def category_dag(category: str) -> None:
             return tasks.preflight(category, RECIPE_PATH, params, dag, dag_run)
 
         @task
-        def plan(config: dict, servers: list, params=None, dag_run=None) -> list[int]:
-            return tasks.plan(config, servers, params, dag_run)
+        def plan(config: dict, servers: list, params=None, dag_run=None, ti=None) -> list[int]:
+            return tasks.plan(config, servers, params, dag_run, ti=ti)
 
         @task(pool="sglang", map_index_template="shard {{ task.op_kwargs['shard'] }}")
         def generate_shard(config: dict, servers: list, shard: int, params=None) -> dict:

@@ -117,9 +117,9 @@ class RecordingProxy:
     refused: int = 0  # requests that found the upstream down
     swallow_nth: int | None = None  # the N-th /generate (1: the first) has its answer withheld
     swallowed: list[Exchange] = field(default_factory=list)  # that answer, as the server gave it
-    swallowed_at: float | None = None  # time.monotonic() when the server gave it
+    swallowed_at: float | None = None  # time.time() when the server gave it
     aborts: list[tuple[str | None, int]] = field(default_factory=list)  # (rid, the server's status) forwarded
-    arrived: dict[str | None, float] = field(default_factory=dict)  # rid -> time.monotonic() of its /generate
+    arrived: dict[str | None, float] = field(default_factory=dict)  # rid -> time.time() of its /generate
     _generates: int = field(default=0, repr=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
@@ -137,7 +137,7 @@ class RecordingProxy:
             with self._lock:
                 self._generates += 1
                 number = self._generates
-                self.arrived[_json_or_none(body, "rid")] = time.monotonic()
+                self.arrived[_json_or_none(body, "rid")] = time.time()
         headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept")}
         try:
             async with self._session.request(
@@ -157,7 +157,7 @@ class RecordingProxy:
             with self._lock:
                 if number == self.swallow_nth:
                     self.swallowed.extend(_items(sent, answer, status))
-                    self.swallowed_at = time.monotonic()
+                    self.swallowed_at = time.time()
                 else:
                     self.exchanges.extend(_items(sent, answer, status))
             if number == self.swallow_nth:

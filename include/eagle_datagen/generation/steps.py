@@ -54,6 +54,7 @@ from eagle_datagen.generation.stage import (
     prepare_plan,
     resolve_thresholds,
 )
+from eagle_datagen.generation.takeover import check_claim_stands
 from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.liveness import LivenessPolicy
 from eagle_datagen.inference.preflight import ServerInfo
@@ -354,6 +355,8 @@ def generate_step(
         raise ConfigError(f"run {ctx.run_id} has no plan under {root.uri}: run the plan step first")
     if published_summary(root, ctx.run_id) is not None:  # a finished run (a task rerun after finalize)
         return _already_published(plan, shards)
+    if options.claim:  # a run resumed after another took its samples over generates none of them (takeover.py)
+        check_claim_stands(root, ctx.run_id)
     profile = ctx._setup.profile if ctx._setup is not None else load_profile(plan.profile)
     tokenizer = None
     if ctx._setup is not None:

@@ -149,11 +149,21 @@ class LivenessMonitor:
             self._session = None
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.policy.poll_s)
-            now = time.monotonic()
-            busy = [url for url, entries in self._watched.items() if any(self._past_grace(e, now) for e in entries)]
-            await asyncio.gather(*(self._check(url) for url in busy))
+        """Every poll_s, a check of each busy endpoint whose last check has ended: each on its own, so that one
+        slow to answer (a stuck scheduler's /v1/loads hangs) delays nobody else's."""
+        checks: dict[str, asyncio.Task[None]] = {}
+        try:
+            while True:
+                await asyncio.sleep(self.policy.poll_s)
+                now = time.monotonic()
+                for url, entries in self._watched.items():
+                    running = checks.get(url)
+                    if (running is None or running.done()) and any(self._past_grace(e, now) for e in entries):
+                        checks[url] = asyncio.create_task(self._check(url), name=f"liveness {url}")
+        finally:
+            for task in checks.values():
+                task.cancel()
+            await asyncio.gather(*checks.values(), return_exceptions=True)
 
     def _past_grace(self, entry: Watched, now: float) -> bool:
         return now - entry.started >= self.policy.grace_s

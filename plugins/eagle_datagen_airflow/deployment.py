@@ -4,8 +4,9 @@ SGLang: an Airflow connection (conn type `http` or `generic`) whose host and por
 `https`) name one endpoint, or whose extra `{"urls": ["http://a:30000", ...]}` names several replicas.
 The extra also says what the deployment serves: `tokenizer` (a directory or hub id of the target
 model's tokenizer; `standin:kimi-k2.5` for the stand-in), and optionally `profile`, `model`,
-`trust_remote_code`, `concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`:
-how requests spread over several replica URLs; docs/prefix_cache.md). For example
+`trust_remote_code`, `concurrency`, `balance` (`prefix-affinity`, the default, or `least-outstanding`:
+how requests spread over several replica URLs; docs/prefix_cache.md) and `lost_after` (seconds a server may
+count fewer requests than the run has there before they are called lost: inference/liveness.py). For example
 
     AIRFLOW_CONN_SGLANG_DEFAULT='{"conn_type": "http", "host": "sglang", "port": 30000,
                                   "extra": {"tokenizer": "/models/Kimi-K2.5", "trust_remote_code": true}}'
@@ -34,7 +35,7 @@ from eagle_datagen.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-EXTRA_KEYS = {"urls", "tokenizer", "profile", "model", "trust_remote_code", "concurrency", "balance"}
+EXTRA_KEYS = {"urls", "tokenizer", "profile", "model", "trust_remote_code", "concurrency", "balance", "lost_after"}
 AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 REGION_VARIABLE = "AWS_DEFAULT_REGION"
 
@@ -50,6 +51,7 @@ class Deployment:
     trust_remote_code: bool = False
     concurrency: int | None = None
     balance: str = settings.default_of("balance")
+    lost_after: float | None = None  # None: settings.LOST_AFTER_S
 
 
 def sglang_deployment(conn_id: str) -> Deployment:
@@ -81,7 +83,20 @@ def sglang_deployment(conn_id: str) -> Deployment:
         trust_remote_code=_flag(extra.get("trust_remote_code", False)),
         concurrency=int(extra["concurrency"]) if extra.get("concurrency") else None,
         balance=str(extra.get("balance") or settings.default_of("balance")),
+        lost_after=_seconds(conn_id, "lost_after", extra.get("lost_after")),
     )
+
+
+def _seconds(conn_id: str, key: str, value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"connection {conn_id!r}: extra {key!r} is {value!r}, not a positive number of seconds")
+    return seconds
 
 
 def _endpoint_url(conn_id: str, host: str | None, port: int | None, schema: str | None) -> str:

@@ -74,12 +74,32 @@ def test_sglang_connection_with_replicas_and_deployment_facts(connection):
     assert deployment.trust_remote_code is True and deployment.concurrency == 64
 
 
+def test_lost_after_is_a_deployment_fact_from_the_connection_that_reaches_the_run(connection):
+    """How long a server may count fewer requests than the run has there before they are lost (liveness.py):
+    a property of the deployment (its answer lengths, its load reporting), so the connection says it."""
+    from eagle_datagen_airflow.deployment import sglang_deployment
+    from eagle_datagen_airflow.runs import run_config
+
+    connection("sglang_slow", conn_type="http", host="h", port=1, extra={"tokenizer": "t", "lost_after": "300"})
+    deployment = sglang_deployment("sglang_slow")
+    assert deployment.lost_after == 300.0
+    config = RunConfig.from_dict(run_config("math", "/r.yaml", "m", {"output": "/o"}, deployment))
+    assert config.lost_after_s == 300.0 and config.options().liveness.lost_after_s == 300.0
+    connection("sglang_plain", conn_type="http", host="h", port=1, extra={"tokenizer": "t"})
+    plain = RunConfig.from_dict(run_config("math", "/r.yaml", "m", {"output": "/o"}, sglang_deployment("sglang_plain")))
+    assert plain.lost_after_s == 120.0  # settings.LOST_AFTER_S
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
         ({"conn_type": "http", "host": "h", "port": 1}, "names no tokenizer"),
         ({"conn_type": "http", "extra": {"tokenizer": "t"}}, "neither a host nor extra 'urls'"),
         ({"conn_type": "http", "host": "h", "extra": {"tokenizer": "t", "url": "x"}}, r"unknown extra key.*'url'"),
+        (
+            {"conn_type": "http", "host": "h", "extra": {"tokenizer": "t", "lost_after": "soon"}},
+            "extra 'lost_after' is 'soon', not a positive number of seconds",
+        ),
     ],
 )
 def test_sglang_connection_mistakes_are_one_line(connection, monkeypatch, fields, message):

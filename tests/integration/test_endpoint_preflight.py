@@ -105,3 +105,32 @@ def test_a_failure_of_the_runs_own_stops_it_even_beside_a_reachable_healthy_depl
     assert "answered 400 to the canary generation" in message and "check the sampling parameters" in message
     assert "exceeds the model's maximum context length of 2048 tokens" in message and "\n" not in message
     assert not (tmp_path / "out" / "plans").exists()
+
+
+def test_min_endpoints_as_a_share_of_the_endpoints_given(tmp_path):
+    """100% of two with one broken stops in preflight; 50% of them goes on with the healthy one."""
+    with server() as good, server(faults={"echo": 1.0}) as broken:
+        urls = [good.url, broken.url]
+        with pytest.raises(ConfigError) as info:
+            run_generation(run_options(tmp_path, urls, prompts=PROMPTS, canary=True, min_endpoints="100%"))
+        assert "1 of 2 SGLang endpoints passed preflight, fewer than the 2 required" in str(info.value)
+        summary = run_generation(run_options(tmp_path, urls, prompts=PROMPTS, canary=True, min_endpoints="50%"))
+    assert summary.published is not None and [s["url"] for s in summary.servers] == [good.url]
+
+
+def test_the_flag_and_the_recipe_take_a_count_or_a_share(tmp_path, capsys):
+    from eagle_datagen.cli import build_parser
+    from eagle_datagen.sources.recipe import parse_recipe
+
+    base = ["run", "--sglang-url", "http://a:1", "--output", "o", "--tokenizer", "t"]
+    assert build_parser().parse_args([*base, "--min-endpoints", "50%"]).min_endpoints == "50%"
+    assert build_parser().parse_args([*base, "--min-endpoints", "2"]).min_endpoints == 2
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*base, "--min-endpoints", "half"])
+    assert "'half' is neither a number of endpoints (2) nor a share (50%)" in capsys.readouterr().err
+    categories = {"categories": {"math": {"sources": ["m.jsonl"]}}}
+    assert parse_recipe({"min_endpoints": "75%"} | categories).min_endpoints == "75%"
+    assert parse_recipe({"min_endpoints": 3} | categories).min_endpoints == 3
+    with pytest.raises(ConfigError) as info:
+        parse_recipe({"min_endpoints": "most"} | categories)
+    assert "min_endpoints 'most' is neither a number of endpoints" in str(info.value)

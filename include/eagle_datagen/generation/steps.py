@@ -127,7 +127,7 @@ class RunConfig:
     give_up_after_s: float = settings.GIVE_UP_AFTER_S
     lost_after_s: float = settings.LOST_AFTER_S
     wait_ready_s: float = settings.WAIT_READY_S
-    min_endpoints: int | None = None  # None: the recipe's, else settings.MIN_ENDPOINTS
+    min_endpoints: int | str | None = None  # a count or a share ("50%"); None: the recipe's, else MIN_ENDPOINTS
     checkpoint_every: int = settings.CHECKPOINT_EVERY
     checkpoint_interval_s: float = settings.CHECKPOINT_INTERVAL_S
     max_reasoning_tokens: int | None = None

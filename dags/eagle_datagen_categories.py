@@ -16,7 +16,8 @@ One DAG per category keeps backfills of different categories apart:
 `airflow backfill create --dag-id eagle_datagen__math --from-date 2026-01-01 --to-date 2026-01-03T03:00:00+00:00`;
 add `--dag-run-conf '{"force_regenerate": true}'` to generate again what is already published. A backfill
 ignores the DAG's max_active_runs, so its runs plan at once: the first to plan claims the new samples and
-the others end after `plan` (`--max-active-runs 1` only makes the earliest date the one that generates).
+the others wait for it to publish them, then end after `plan` (`--max-active-runs 1` runs them in date
+order, so nobody waits).
 
 Needs the connection in the `sglang_conn_id` param (see its help), an `sglang` pool, and for an `s3://`
 output the AWS connection `aws_default` or the workers' AWS environment.
@@ -54,8 +55,8 @@ def category_dag(category: str) -> None:
             return tasks.preflight(category, RECIPE_PATH, params, dag, dag_run)
 
         @task
-        def plan(config: dict, servers: list, params=None, dag_run=None) -> list[int]:
-            return tasks.plan(config, servers, params, dag_run)
+        def plan(config: dict, servers: list, params=None, dag_run=None, ti=None) -> list[int]:
+            return tasks.plan(config, servers, params, dag_run, ti=ti)
 
         @task(pool="sglang", map_index_template="shard {{ task.op_kwargs['shard'] }}")
         def generate_shard(config: dict, servers: list, shard: int, params=None) -> dict:

@@ -5,6 +5,10 @@
 - `RecordingProxy`: an aiohttp pass-through in front of a real server that records every `/generate` it
   forwards (the request's `input_ids` and `rid`, the answer's status, `output_ids` and `meta_info`), so a test
   checks published rows against what the server itself received and returned, not against the client's word.
+  With `swallow_nth` it loses one answer on the way: the N-th /generate is forwarded and answered by the
+  server, but the answer is withheld and the client's connection held open (a request lost between server and
+  client; /health and /v1/loads pass through, so the server's own count no longer has it). It also records
+  each `POST /abort_request` it forwards (`aborts`) and when each /generate arrived (`arrived`).
 - `real_servers`: real SGLang CPU servers (tiny model), started side by side, each behind a RecordingProxy;
   a start costs 25-65 s and ~2 GB, so a module shares its servers and never runs more than two.
 - `published_rows`, `assert_rows_match_server`: the rows of a run, and that check.
@@ -16,6 +20,7 @@ import asyncio
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -86,6 +91,21 @@ def _items(request: Any, answer: Any, status: int) -> list[Exchange]:
     return exchanges
 
 
+def _json_or_none(body: bytes, key: str) -> Any:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value.get(key) if isinstance(value, dict) else None
+
+
+async def _hold(request: web.Request) -> None:
+    """Keep the client's connection open without an answer until the client goes away."""
+    while request.transport is not None and not request.transport.is_closing():
+        await asyncio.sleep(0.1)
+    raise asyncio.CancelledError  # aiohttp's path for a connection that is gone
+
+
 @dataclass
 class RecordingProxy:
     """`with RecordingProxy(upstream_url) as proxy:` point the client at `proxy.url`; `proxy.exchanges` holds
@@ -95,6 +115,12 @@ class RecordingProxy:
     port: int = 0
     exchanges: list[Exchange] = field(default_factory=list)
     refused: int = 0  # requests that found the upstream down
+    swallow_nth: int | None = None  # the N-th /generate (1: the first) has its answer withheld
+    swallowed: list[Exchange] = field(default_factory=list)  # that answer, as the server gave it
+    swallowed_at: float | None = None  # time.time() when the server gave it
+    aborts: list[tuple[str | None, int]] = field(default_factory=list)  # (rid, the server's status) forwarded
+    arrived: dict[str | None, float] = field(default_factory=dict)  # rid -> time.time() of its /generate
+    _generates: int = field(default=0, repr=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
     _runner: web.AppRunner | None = field(default=None, repr=False)
@@ -106,6 +132,12 @@ class RecordingProxy:
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        number = 0
+        if request.method == "POST" and request.path == "/generate":
+            with self._lock:
+                self._generates += 1
+                number = self._generates
+                self.arrived[_json_or_none(body, "rid")] = time.time()
         headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept")}
         try:
             async with self._session.request(
@@ -123,7 +155,16 @@ class RecordingProxy:
             except ValueError:
                 sent, answer = None, None
             with self._lock:
-                self.exchanges.extend(_items(sent, answer, status))
+                if number == self.swallow_nth:
+                    self.swallowed.extend(_items(sent, answer, status))
+                    self.swallowed_at = time.time()
+                else:
+                    self.exchanges.extend(_items(sent, answer, status))
+            if number == self.swallow_nth:
+                await _hold(request)
+        if request.method == "POST" and request.path == "/abort_request":
+            with self._lock:
+                self.aborts.append((_json_or_none(body, "rid"), status))
         return web.Response(body=payload, status=status, headers={"Content-Type": content_type})
 
     async def _start(self) -> None:
@@ -158,6 +199,10 @@ class RecordingProxy:
         with self._lock:
             self.exchanges.clear()
             self.refused = 0
+            self.swallowed.clear()
+            self.aborts.clear()
+            self.arrived.clear()
+            self.swallowed_at, self._generates = None, 0
 
     def __enter__(self) -> RecordingProxy:
         return self.start()
@@ -176,8 +221,8 @@ def published_rows(root: Path, run_id: str) -> dict[str, list[dict]]:
 
 
 def sample_id_of(rid: str | None) -> str | None:
-    """The sample a request id belongs to (retries append -rN; the canary's rid is its own)."""
-    return rid.split("-r")[0] if rid else None
+    """The sample a request id belongs to (retries append -rN, a hedged copy -h; the canary's rid is its own)."""
+    return rid.split("-r")[0].removesuffix("-h") if rid else None
 
 
 def assert_rows_match_server(rows: list[dict], exchanges: list[Exchange]) -> None:

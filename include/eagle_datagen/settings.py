@@ -72,7 +72,7 @@ class FormParam:
     JSON-schema `type` (["null", type] when the value shown is None, or always when `nullable`), further schema
     keywords, title, section and description (which may say {category} and {unset}: what empty means)."""
 
-    type: str
+    type: str | list[str]  # a list: any of these JSON types (min_endpoints: a count or a share)
     title: str
     description: str
     section: str
@@ -604,8 +604,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             metavar="S",
             type="positive_float",
         ),
+        airflow="extra:lost_after",
         config="lost_after_s",
-        only="a hand tuning for one deployment; Airflow keeps the default",
+        only=_DEPLOYMENT,
     ),
     Setting(
         "give_up_after",
@@ -646,22 +647,24 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         flag=Flag(
             SGLANG,
             help=(
-                "endpoints that must pass preflight; one that fails (unreachable, wrong model, a reasoning parser, "
-                "the echo bug, watermarking) is left out with a warning, and the run stops only when fewer than N "
-                "pass (default: the recipe's min_endpoints, else {default})"
+                "endpoints that must pass preflight, a number or a share of those given (50%%); one that fails "
+                "(unreachable, wrong model, a reasoning parser, the echo bug, watermarking) is left out with a "
+                "warning, and the run stops only when fewer pass (default: the recipe's min_endpoints, else "
+                "{default})"
             ),
-            metavar="N",
-            type="positive_int",
+            metavar="N|P%",
+            type="endpoint_minimum",
         ),
         recipe="min_endpoints",
         form="min_endpoints",
         param=FormParam(
-            "integer",
+            ["string", "integer"],
             "Minimum endpoints",
-            "SGLang endpoints that must pass preflight; one that fails is left out of the run with a warning, and "
-            "the run fails only when fewer than this pass. Default: the recipe's min_endpoints, else 1.",
+            "SGLang endpoints that must pass preflight: a number (2) or a share of the endpoints (50%, rounded "
+            "up); one that fails is left out of the run with a warning, and the run fails only when fewer pass. "
+            "Default: the recipe's min_endpoints, else 1.",
             FORM_DEPLOYMENT,
-            schema={"minimum": 1},
+            schema={"pattern": r"^([1-9][0-9]*|([1-9][0-9]?(\.[0-9]+)?|100)%)$", "minimum": 1},
         ),
         config="min_endpoints",
     ),

@@ -7,7 +7,8 @@ model's tokenizer; `standin:kimi-k2.5` for the stand-in; else EAGLE_DATAGEN_TOKE
 optionally `profile`, `model`, `trust_remote_code` (else EAGLE_DATAGEN_TRUST_REMOTE_CODE on the workers: it goes
 with the tokenizer), `tiktoken_fast_path` (false: encode every prompt through the tokenizer's own call),
 `concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`: how requests spread over
-several replica URLs; docs/prefix_cache.md). For example
+several replica URLs; docs/prefix_cache.md) and `lost_after` (seconds a server may count fewer requests than the
+run has there before they are called lost: inference/liveness.py). For example
 
     AIRFLOW_CONN_SGLANG_DEFAULT='{"conn_type": "http", "host": "sglang", "port": 30000,
                                   "extra": {"tokenizer": "/models/Kimi-K2.5", "trust_remote_code": true}}'
@@ -45,6 +46,7 @@ EXTRA_KEYS = {
     "tiktoken_fast_path",
     "concurrency",
     "balance",
+    "lost_after",
 }
 AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 REGION_VARIABLE = "AWS_DEFAULT_REGION"
@@ -62,6 +64,7 @@ class Deployment:
     tiktoken_fast_path: bool = settings.default_of("tiktoken_fast_path")
     concurrency: int | None = None
     balance: str = settings.default_of("balance")
+    lost_after: float | None = None  # None: settings.LOST_AFTER_S
 
 
 def sglang_deployment(conn_id: str) -> Deployment:
@@ -97,7 +100,20 @@ def sglang_deployment(conn_id: str) -> Deployment:
         tiktoken_fast_path=_flag(extra.get("tiktoken_fast_path", settings.default_of("tiktoken_fast_path"))),
         concurrency=int(extra["concurrency"]) if extra.get("concurrency") else None,
         balance=str(extra.get("balance") or settings.default_of("balance")),
+        lost_after=_seconds(conn_id, "lost_after", extra.get("lost_after")),
     )
+
+
+def _seconds(conn_id: str, key: str, value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"connection {conn_id!r}: extra {key!r} is {value!r}, not a positive number of seconds")
+    return seconds
 
 
 def _endpoint_url(conn_id: str, host: str | None, port: int | None, schema: str | None) -> str:

@@ -86,12 +86,32 @@ def test_trust_remote_code_goes_with_the_tokenizer_from_the_workers_environment(
     assert sglang_deployment("sglang_env").trust_remote_code is False  # the connection's own word comes first
 
 
+def test_lost_after_is_a_deployment_fact_from_the_connection_that_reaches_the_run(connection):
+    """How long a server may count fewer requests than the run has there before they are lost (liveness.py):
+    a property of the deployment (its answer lengths, its load reporting), so the connection says it."""
+    from eagle_datagen_airflow.deployment import sglang_deployment
+    from eagle_datagen_airflow.runs import run_config
+
+    connection("sglang_slow", conn_type="http", host="h", port=1, extra={"tokenizer": "t", "lost_after": "300"})
+    deployment = sglang_deployment("sglang_slow")
+    assert deployment.lost_after == 300.0
+    config = RunConfig.from_dict(run_config("math", "/r.yaml", "m", {"output": "/o"}, deployment))
+    assert config.lost_after_s == 300.0 and config.options().liveness.lost_after_s == 300.0
+    connection("sglang_plain", conn_type="http", host="h", port=1, extra={"tokenizer": "t"})
+    plain = RunConfig.from_dict(run_config("math", "/r.yaml", "m", {"output": "/o"}, sglang_deployment("sglang_plain")))
+    assert plain.lost_after_s == 120.0  # settings.LOST_AFTER_S
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
         ({"conn_type": "http", "host": "h", "port": 1}, "names no tokenizer"),
         ({"conn_type": "http", "extra": {"tokenizer": "t"}}, "neither a host nor extra 'urls'"),
         ({"conn_type": "http", "host": "h", "extra": {"tokenizer": "t", "url": "x"}}, r"unknown extra key.*'url'"),
+        (
+            {"conn_type": "http", "host": "h", "extra": {"tokenizer": "t", "lost_after": "soon"}},
+            "extra 'lost_after' is 'soon', not a positive number of seconds",
+        ),
     ],
 )
 def test_sglang_connection_mistakes_are_one_line(connection, monkeypatch, fields, message):
@@ -259,22 +279,27 @@ def test_near_duplicate_threshold_reaches_the_form_and_the_run(tmp_path):
     assert config.options().prompts.near_duplicate_threshold == 0.8
 
 
-def test_a_plan_held_by_another_dag_run_warns_when_it_is_live_fails_when_silent_takes_over_when_it_ended(
+def test_a_plan_held_by_another_dag_run_waits_while_it_is_live_fails_when_silent_takes_over_when_it_ended(
     tmp_path, monkeypatch
 ):
-    """Never green and empty by mistake: a live holder (a backfill's first run) publishes the samples, this run
-    warns and succeeds; a silent one (no heartbeat for minutes: probably killed) fails the plan task naming it,
-    its last sign of life and its expiry; once its DAG run has ended (its task instances marked failed) the
-    plan task releases its claims and takes the samples over at once."""
+    """Never green and empty: while a holder is live and its DAG run running (a backfill's other run, or one
+    killed moments ago that Airflow has not noticed) the plan task waits, rescheduled, and looks again without
+    planning; after the claim TTL it fails naming it; a silent holder (no heartbeat for minutes) fails the plan
+    task at once, naming it, its last sign of life and its expiry; once its DAG run is no longer running (its
+    task instances marked failed) the plan task releases its claims and takes the samples over, and the run
+    that held them, resumed afterwards, generates nothing."""
     import os
     import time
+    from datetime import UTC, datetime
     from types import SimpleNamespace
 
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
 
+    from eagle_datagen.errors import DataGenError
+    from eagle_datagen.generation.steps import generate_step, plan_step
     from eagle_datagen.storage.output_root import LocalOutputRoot
-    from eagle_datagen_airflow import tasks
-    from eagle_datagen_airflow.claim_owners import owner_key
+    from eagle_datagen_airflow import claim_owners, tasks
+    from eagle_datagen_airflow.claim_owners import owner_key, waiting_key
 
     from conftest import write_jsonl
 
@@ -301,26 +326,55 @@ def test_a_plan_held_by_another_dag_run_warns_when_it_is_live_fails_when_silent_
         ).to_dict()
 
     states: dict[tuple[str, str], str] = {}
+    state_of = lambda d, r: states[(d, r)]  # noqa: E731 - the DAG runs' states, as Airflow would tell them
     killed = SimpleNamespace(dag_id="eagle_datagen__chat", run_id="scheduled__killed")
-    assert tasks.plan(config("chat-killed"), servers, params, killed, lambda d, r: states[(d, r)]) == [0, 1, 2]
+    assert tasks.plan(config("chat-killed"), servers, params, killed, state_of) == [0, 1, 2]
     assert owner_key("chat-killed") in root.list("claims/")  # who to ask whether it has ended
 
-    states[(killed.dag_id, killed.run_id)] = "running"
-    assert tasks.plan(config("chat-next"), servers, params, None, lambda d, r: states[(d, r)]) == []  # live
+    states[(killed.dag_id, killed.run_id)] = "running"  # killed moments ago: live, and Airflow has not noticed
+    with pytest.raises(AirflowRescheduleException) as waited:
+        tasks.plan(config("chat-next"), servers, params, None, state_of)
+    assert waited.value.reschedule_date.timestamp() > time.time()  # looks again later, no slot held meanwhile
+    assert waiting_key("chat-next") in root.list("claims/")  # the holders it waits for
+    started = datetime.now(UTC)
+    planned: list = []
+    with monkeypatch.context() as mp:  # nothing changed: it waits again, without planning (no tokenizing)
+        mp.setattr("eagle_datagen.generation.steps.plan_step", lambda *a: planned.append(a) or plan_step(*a))
+        with pytest.raises(AirflowRescheduleException):
+            tasks.plan(config("chat-next"), servers, params, None, state_of, waiting_since=started)
+        long_ago = datetime.fromtimestamp(time.time() - 7200, UTC)  # waited longer than the claim TTL (an hour)
+        with pytest.raises(AirflowFailException) as gave_up:
+            tasks.plan(config("chat-next"), servers, params, None, state_of, waiting_since=long_ago)
+    assert planned == []
+    message = str(gave_up.value)
+    assert "run chat-killed holds 3 samples (last showed life" in message and ", live; its claim expires" in message
+    assert "waited 120 min for the holding runs, which are still live: this run published nothing" in message
+    assert "\n" not in message
+    assert not [k for k in root.list() if "run=chat-next/" in k or k.startswith("manifests/")]  # nothing made
+
     stamp = time.time() - 600  # ten minutes without a sign of life: silent, its claim not yet expired
     for key in root.list():
         if "run=chat-killed" in key:
             os.utime(root.location(key), (stamp, stamp))
-    with pytest.raises(AirflowFailException) as failed:
-        tasks.plan(config("chat-next2"), servers, params, None, lambda d, r: states[(d, r)])
+    with pytest.raises(AirflowFailException) as failed:  # the wait's next look sees it silent: plans, fails
+        tasks.plan(config("chat-next"), servers, params, None, state_of, waiting_since=started)
     message = str(failed.value)
     assert "run chat-killed holds 3 samples (last showed life" in message and "silent; its claim expires" in message
     assert "rerun after" in message and "mark the holding DAG run's task instances failed" in message
     assert "\n" not in message
 
     states[(killed.dag_id, killed.run_id)] = "failed"  # its task instances marked failed: the DAG run ended
-    assert tasks.plan(config("chat-next3"), servers, params, None, lambda d, r: states[(d, r)]) == [0, 1, 2]
-    assert [k for k in root.list("claims/") if "chat-killed" in k] == []  # released
+    assert tasks.plan(config("chat-next3"), servers, params, None, state_of) == [0, 1, 2]
+    assert [k for k in root.list("claims/") if "chat-killed" in k] == ["claims/taken-over/run=chat-killed.json"]
+
+    # the dead run, cleared and resumed: its claim is gone, so it generates nothing (chat-next3's samples now)
+    with pytest.raises(DataGenError) as resumed:
+        generate_step(config("chat-killed"), servers, [0])
+    message = str(resumed.value)
+    assert "run chat-killed generates nothing: run chat-next3 took its samples over" in message
+    assert "DAG run scheduled__killed of eagle_datagen__chat had ended: failed" in message and "\n" not in message
+    assert not root.list("checkpoints/run=chat-killed/shard=")  # nothing generated
+    assert claim_owners.RUNNING == ("queued", "running")
 
 
 def test_a_remote_code_tokenizer_without_trust_remote_code_fails_the_preflight_task_in_one_line(

@@ -52,7 +52,9 @@ def test_a_replica_failing_preflight_is_left_out_of_the_dag_run(deployment, capl
     conf = {"draft_vocab_size": 16, "output": deployment["output"]}
     with caplog.at_level("WARNING", logger="eagle_datagen"):
         run = bag.get_dag("eagle_datagen__leftoutmath").test(run_conf=conf)
-    assert all(state == "success" for state in states(run).values()), states(run)
+    found = states(run)
+    assert set(found) == {"preflight", "plan", "generate_shard", "finalize"}, found  # an empty run passes any all()
+    assert all(state == "success" for state in found.values()), found
     broken = deployment["broken"].url
     assert any("left out of this run" in r.getMessage() and broken in r.getMessage() for r in caplog.records)
     manifest_path = Path(deployment["output"]) / "manifests" / f"run={run_id_for('leftoutmath', run.run_id)}.json"
@@ -63,24 +65,35 @@ def test_a_replica_failing_preflight_is_left_out_of_the_dag_run(deployment, capl
 
 
 
-def test_min_endpoints_two_fails_the_preflight_step_naming_the_one_left_out(deployment):
-    """The preflight task's body with the form's min_endpoints 2 (a DAG run would retry it first: a server
-    still starting is worth the task's retries)."""
-    from eagle_datagen.errors import ConfigError
-    from eagle_datagen.generation.steps import preflight_step
+def test_min_endpoints_two_in_the_run_conf_stops_the_dag_run_in_its_preflight_task(deployment, capfd):
+    """Through the form's param and the run's conf, as a trigger would: the preflight task fails naming the
+    replica left out, nothing downstream runs, nothing is published. (The task's retries, there for a server
+    still starting, are made immediate here.)"""
+    from datetime import timedelta
 
-    config = {
-        "output": deployment["output"],
-        "tokenizer": "standin:kimi-k2.5",
-        "trust_remote_code": True,
-        "sglang_urls": [deployment["good"].url, deployment["broken"].url],
-        "run_id": "min2",
-        "recipe": str(Path(deployment["output"]).parent / "recipe.yaml"),
-        "categories": ["leftoutmath"],
-        "min_endpoints": 2,
-    }
-    with pytest.raises(ConfigError) as info:
-        preflight_step(config)
-    message = str(info.value)
-    assert "1 of 2 SGLang endpoints passed preflight, fewer than the 2 required" in message
-    assert deployment["broken"].url in message and "\n" not in message
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(DAGS)).get_dag("eagle_datagen__leftoutmath")
+    preflight = dag.get_task("preflight")
+    preflight.retry_delay, preflight.retry_exponential_backoff = timedelta(0), 0
+    conf = {"draft_vocab_size": 16, "output": deployment["output"], "min_endpoints": 2}
+    run = dag.test(run_conf=conf)
+    captured = capfd.readouterr()
+    logged = captured.out + captured.err  # the task's failure, as dag.test logs it
+    found = states(run)
+    assert run.state == "failed" and found["preflight"] == "failed", found
+    assert found["plan"] == "upstream_failed" and found["finalize"] == "upstream_failed", found
+    assert "1 of 2 SGLang endpoints passed preflight, fewer than the 2 required" in logged
+    assert f"left out: {deployment['broken'].url}" in logged
+    run_id = run_id_for("leftoutmath", run.run_id)
+    assert not (Path(deployment["output"]) / "manifests" / f"run={run_id}.json").exists()
+    assert not (Path(deployment["output"]) / "plans" / f"run={run_id}").exists()
+
+
+def test_a_share_that_is_no_share_is_refused_by_the_form(deployment):
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    dag = DagBag(dag_folder=str(DAGS)).get_dag("eagle_datagen__leftoutmath")
+    with pytest.raises(ParamValidationError, match="min_endpoints"):
+        dag.test(run_conf={"draft_vocab_size": 16, "output": deployment["output"], "min_endpoints": "most"})

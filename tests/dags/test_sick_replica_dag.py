@@ -59,6 +59,9 @@ def test_shard_tasks_share_an_ejection_and_the_report_lists_it(deployment, caplo
         run = bag.get_dag("eagle_datagen__sickmath").test(run_conf=conf)
     states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
     assert all(state == "success" for state in states.values()), states
+    shards = sum(task == "generate_shard" for task, _ in states)
+    assert set(states) >= {("preflight", -1), ("plan", -1), ("finalize", -1)}, states  # an empty run passes all()
+    assert shards == PROMPTS // SHARD_SIZE, states  # shards of SHARD_SIZE prompts
     sick = deployment["sick"].url
     assert any("taken out of rotation" in r.getMessage() and sick in r.getMessage() for r in caplog.records)
 

@@ -47,3 +47,32 @@ def test_a_shortfall_that_goes_away_flags_nothing():
 def test_the_server_count_includes_its_other_queues():
     load = {"num_running_reqs": 3, "num_waiting_reqs": 2, "queues": {"waiting": 2, "grammar": 1, "paused": 1}}
     assert _counted(load) == 7
+
+
+def test_young_requests_do_not_hide_a_lost_one():
+    """A busy replica always has requests younger than the grace; the server counts them, so they must count
+    on the run's side too, or each would hide a lost one."""
+
+    async def scenario() -> None:
+        monitor, entries = monitor_with([100.0, 1.0], now=1000.0)  # r0 lost, r1 young and running
+        assert monitor.compare("http://a", 1, 1000.0) == []  # the server counts r1 only: short by one
+        young = monitor.watch("http://a", "r2")  # another new request, counted by the server at once
+        young.started = 1059.0
+        assert monitor.compare("http://a", 2, 1059.5) == []
+        assert [e.rid for e in monitor.compare("http://a", 2, 1060.0)] == ["r0"]  # the oldest, never a young one
+        assert not entries[1].lost.is_set() and not young.lost.is_set()
+
+    asyncio.run(scenario())
+
+
+def test_a_shortfall_of_young_requests_alone_flags_nothing_until_one_is_past_its_grace():
+    async def scenario() -> None:
+        monitor = LivenessMonitor(LivenessPolicy(lost_after_s=1.0, poll_s=0.5, grace_s=5.0), ["http://a"])
+        entries = [monitor.watch("http://a", f"r{i}") for i in range(2)]
+        entries[0].started, entries[1].started = 998.0, 999.0
+        assert monitor.compare("http://a", 0, 1000.0) == []
+        assert monitor.compare("http://a", 0, 1002.0) == []  # short for longer than the bound, none past grace
+        assert [e.rid for e in monitor.compare("http://a", 0, 1003.5)] == ["r0"]  # only the one past its grace
+        assert not entries[1].lost.is_set()
+
+    asyncio.run(scenario())

@@ -13,7 +13,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -25,12 +24,14 @@ from conftest import REPO, user_record, write_jsonl
 
 pytestmark = pytest.mark.slow
 RUNS = int(os.environ.get("EAGLE_DATAGEN_EXIT_RUNS", "8"))
+assert RUNS >= 1, "EAGLE_DATAGEN_EXIT_RUNS must be at least 1: zero runs would prove nothing"
 AT_ONCE = 2
 SPINNERS = 1  # with two runs at once, three processes compete for two cores on the smallest CI machine
 
 
-def _spin(deadline: float) -> None:
-    while time.monotonic() < deadline:
+def _spin() -> None:
+    """Busy until killed: the load lasts the whole test, however long its runs take (50 took ~632 s)."""
+    while True:
         pass
 
 
@@ -50,16 +51,18 @@ def test_finished_run_exits_zero_every_time_under_cpu_pressure(tmp_path):
         first = run(0)
         assert first.returncode == 0, first.stderr[-2000:]
         context = multiprocessing.get_context("spawn")
-        spinners = [context.Process(target=_spin, args=(time.monotonic() + 600,)) for _ in range(SPINNERS)]
+        spinners = [context.Process(target=_spin, daemon=True) for _ in range(SPINNERS)]
         for spinner in spinners:
             spinner.start()
         try:
             with ThreadPoolExecutor(AT_ONCE) as pool:
                 results = list(pool.map(run, range(RUNS)))
+            assert all(spinner.is_alive() for spinner in spinners)  # the CPUs were busy until the last run
         finally:
             for spinner in spinners:
                 spinner.kill()
                 spinner.join()
+    assert len(results) == RUNS
     failed = [(i, r.returncode, r.stderr[-300:]) for i, r in enumerate(results) if r.returncode != 0]
     assert not failed, f"{len(failed)} of {RUNS} reruns did not exit 0: {failed[:3]}"
     assert all("0 generated now" in r.stdout for r in results)

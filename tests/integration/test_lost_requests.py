@@ -29,12 +29,13 @@ WATCH = LivenessPolicy(lost_after_s=2.0, poll_s=0.5, grace_s=1.0)
 
 def replica(**changes) -> SimServerThread:
     config = SimConfig(fault_seed=3).with_profile("instant")  # seed 3: 2% loses 2-3 of the ~60 requests it gets
-    return SimServerThread(dataclasses.replace(config, decode_s_per_token=0.001, **changes))
+    return SimServerThread(dataclasses.replace(config, **({"decode_s_per_token": 0.001} | changes)))
 
 
 def options(tmp_path: Path, urls: list[str], **changes):
     sampling = SamplingOverrides(max_new_tokens=1000, samples_per_prompt=PER_PROMPT)
-    return run_options(tmp_path, urls, prompts=PROMPTS, sampling=sampling, concurrency=4, liveness=WATCH, **changes)
+    changes = {"liveness": WATCH} | changes
+    return run_options(tmp_path, urls, prompts=PROMPTS, sampling=sampling, concurrency=4, **changes)
 
 
 def stored_ids(tmp_path: Path) -> list[str]:
@@ -91,3 +92,54 @@ def test_every_replica_losing_everything_stops_the_run_naming_them(tmp_path):
     [message] = info.value.diagnoses
     assert "every endpoint was taken out" in message and one.url in message and two.url in message
     assert "lost_requests" in message and "\n" not in message
+
+
+# /v1/loads polls and probes time out fast here, so that a hanging /v1/loads is found within seconds; requests
+# take about a second (SLOW), so that some are past their grace at every poll
+PROBED = dataclasses.replace(WATCH, request_timeout_s=1.0, poll_s=0.3, grace_s=0.3)
+SLOW = {"decode_s_per_token": 0.01}
+
+
+def endpoint_report_of(tmp_path: Path) -> dict:
+    from eagle_datagen.generation.endpoint_journal import endpoint_report
+    from eagle_datagen.storage.output_root import LocalOutputRoot
+
+    return endpoint_report(LocalOutputRoot(str(tmp_path / "out")), "r")["endpoints"]
+
+
+def test_a_replica_whose_v1_loads_errors_is_watched_by_probes_with_a_warning_and_the_report_says_so(
+    tmp_path, caplog
+):
+    with replica(**SLOW) as good, replica(loads_fault="error", **SLOW) as erring, caplog.at_level("WARNING"):
+        summary = run_generation(options(tmp_path, [good.url, erring.url], liveness=PROBED))
+    assert summary.pending == 0 and summary.published is not None
+    assert len(stored_ids(tmp_path)) == SAMPLES
+    [warning] = [r.getMessage() for r in caplog.records if "failed /v1/loads" in r.getMessage()]
+    assert erring.url in warning and "HTTP 500" in warning and "watched by /health_generate probes" in warning
+    report = endpoint_report_of(tmp_path)
+    assert report[erring.url]["watched_by"] == ["health_generate"]
+    assert report[erring.url]["liveness"]["loads_failed"] >= PROBED.failures_to_probe
+    assert report[good.url]["watched_by"] == ["v1/loads"] and report[good.url]["liveness"]["loads_failed"] == 0
+    counts = manifest(tmp_path)["counts"]["endpoints"]
+    assert counts[erring.url]["watched_by"] == ["health_generate"] and counts[good.url]["watched_by"] == ["v1/loads"]
+
+
+def test_a_stuck_scheduler_whose_v1_loads_hangs_is_found_by_probes_and_its_requests_hedged(tmp_path, caplog):
+    """After its 20th request the scheduler stops: requests are held unanswered, /v1/loads hangs, /health_generate
+    gets no scheduler output (503 after 20 s) while /health stays 200. Without the probes the run would wait
+    for the request timeout (an hour); with them it finishes, each sample stored once."""
+    with replica() as good, replica(stuck_after=20) as stuck, caplog.at_level("WARNING"):
+        started = time.monotonic()
+        summary = run_generation(options(tmp_path, [good.url, stuck.url], liveness=PROBED))
+        elapsed = time.monotonic() - started
+        held = stuck.stats()["faults"].get("lose", 0)
+    assert held >= 1 and summary.pending == 0 and summary.published is not None
+    ids = stored_ids(tmp_path)
+    assert len(ids) == SAMPLES == len(set(ids))
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("failed /v1/loads 3 times in a row" in m and stuck.url in m for m in messages)
+    assert any("scheduler seems stuck" in m and stuck.url in m for m in messages)
+    report = endpoint_report_of(tmp_path)[stuck.url]
+    assert "health_generate" in report["watched_by"] and report["liveness"]["probes_failed"] >= PROBED.probe_failures
+    assert report["liveness"]["lost_detected"] == held  # every held request found, and hedged
+    assert elapsed < 60, elapsed

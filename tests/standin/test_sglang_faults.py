@@ -35,8 +35,8 @@ def sim(server):
     server.set_faults({})
 
 
-def post(sim, body=BODY, **kwargs) -> requests.Response:
-    return requests.post(sim.url + "/generate", json=body, timeout=30, **kwargs)
+def post(sim, body=BODY, timeout: float = 30, **kwargs) -> requests.Response:
+    return requests.post(sim.url + "/generate", json=body, timeout=timeout, **kwargs)
 
 
 def clean_output(sim) -> list[int]:
@@ -275,3 +275,25 @@ def test_restart_from_the_thread_handle_and_periodic_restarts():
                 time.sleep(0.02)
         else:
             pytest.fail("the server did not come back")
+
+
+def test_loads_fault_error_answers_500_and_hang_never_answers_while_generation_works():
+    with SimServerThread(SimConfig(loads_fault="error").with_profile("instant")) as erring:
+        assert requests.get(erring.url + "/v1/loads", timeout=5).status_code == 500
+        assert post(erring).status_code == 200
+    with SimServerThread(SimConfig(loads_fault="hang").with_profile("instant")) as hanging:
+        with pytest.raises(requests.Timeout):
+            requests.get(hanging.url + "/v1/loads", timeout=0.5)
+        assert post(hanging).status_code == 200
+
+
+def test_a_stuck_scheduler_answers_nothing_but_health_after_its_nth_request():
+    with SimServerThread(SimConfig(stuck_after=1).with_profile("instant")) as stuck:
+        assert post(stuck).status_code == 200  # the first is answered
+        assert requests.get(stuck.url + "/health_generate", timeout=5).status_code == 200
+        with pytest.raises(requests.Timeout):
+            post(stuck, timeout=0.5)  # the second is held: the scheduler has stopped
+        assert requests.get(stuck.url + "/health", timeout=5).status_code == 200
+        for path in ("/v1/loads", "/health_generate"):  # /health_generate: 503 only after SGLang's 20 s
+            with pytest.raises(requests.Timeout):
+                requests.get(stuck.url + path, timeout=0.5)

@@ -702,6 +702,8 @@ def test_thread_runner_reports_a_busy_port():
 def test_lose_and_watermark_flags_build_the_config():
     config = config_from_args(_parse("--fault-lose", "0.02", "--lose-after", "50", "--enable-watermark"))
     assert config.faults.lose == 0.02 and config.lose_after == 50 and config.enable_watermark is True
+    config = config_from_args(_parse("--fault-loads", "hang", "--stuck-after", "7"))
+    assert config.loads_fault == "hang" and config.stuck_after == 7 and config.lost_after == 7
 
 
 def test_a_lost_request_is_never_answered_health_stays_200_and_loads_do_not_count_it():

@@ -8,7 +8,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from eagle_datagen import settings
-from eagle_datagen.errors import DataGenError
+from eagle_datagen.errors import ConfigError, DataGenError
+from eagle_datagen.inference.endpoint_minimum import parse_min_endpoints
 
 if TYPE_CHECKING:
     from eagle_datagen.tokenization.stage import TokenizeOptions
@@ -32,6 +33,14 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
     return value
+
+
+def endpoint_minimum(text: str) -> int | str:
+    """A count of endpoints (2) or a share of them (50%, 0.5): inference/endpoint_minimum.py."""
+    try:
+        return parse_min_endpoints(text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number of endpoints (2) nor a share (50%)") from None
 
 
 def finite_float(text: str) -> float:

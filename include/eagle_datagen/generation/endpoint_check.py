@@ -2,7 +2,8 @@
 
 Every endpoint is judged on its own (inference/preflight.judge_endpoints); the ones left out are named in a
 warning and recorded in the run's endpoint journal, so the report and the manifest list them and why. The
-minimum that must pass: the flag or trigger form, else the recipe's `min_endpoints`, else settings.py's.
+minimum that must pass: the flag or trigger form, else the recipe's `min_endpoints`, else settings.py's; a count
+or a share of the endpoints given (inference/endpoint_minimum.py).
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ import aiohttp
 
 from eagle_datagen import settings
 from eagle_datagen.generation.endpoint_journal import record_left_out
+from eagle_datagen.inference.endpoint_minimum import MinEndpoints, parse_min_endpoints, required_endpoints
 from eagle_datagen.inference.preflight import ServerInfo, judge_endpoints
 from eagle_datagen.sources.recipe import Recipe
 from eagle_datagen.storage.output_root import OutputRoot
 
 
-def min_endpoints(wanted: int | None, recipe: Recipe | None) -> int:
+def min_endpoints(wanted: MinEndpoints | None, recipe: Recipe | None) -> MinEndpoints:
+    """The minimum in force, as it was given (a count or a share)."""
     if wanted is not None:
-        return wanted
+        return parse_min_endpoints(wanted)
     if recipe is not None and recipe.min_endpoints is not None:
-        return recipe.min_endpoints
+        return parse_min_endpoints(recipe.min_endpoints)
     return settings.MIN_ENDPOINTS
 
 
@@ -35,7 +38,7 @@ async def preflight_run(
     *,
     root: OutputRoot,
     run_id: str,
-    wanted_min: int | None,
+    wanted_min: MinEndpoints | None,
     allow_model_mismatch: bool,
     wait_s: float,
     by: str,
@@ -50,7 +53,7 @@ async def preflight_run(
         canary,
         allow_model_mismatch=allow_model_mismatch,
         wait_s=wait_s,
-        min_endpoints=min_endpoints(wanted_min, setup.recipe),
+        min_endpoints=required_endpoints(min_endpoints(wanted_min, setup.recipe), len(urls)),
         agreement=agreement,
     )
     if verdicts.left_out:

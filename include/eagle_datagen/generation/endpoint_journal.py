@@ -101,7 +101,9 @@ def live_ejections(root: OutputRoot, run_id: str) -> list[tuple[str, Ejection]]:
 
 def endpoint_report(root: OutputRoot, run_id: str) -> dict[str, Any]:
     """Every endpoint of the run over all its invocations: answers, valid, quarantined and retried reasons,
-    and its ejections; plus the run's stops and the evidence answers."""
+    its ejections, what the liveness monitor found there and how it watched it (`watched_by`: "v1/loads" for
+    the server's count, "health_generate" for probes; empty: never watched); plus the run's stops and the
+    evidence answers."""
     endpoints: dict[str, dict[str, Any]] = {}
 
     def entry(url: str) -> dict[str, Any]:
@@ -114,6 +116,7 @@ def endpoint_report(root: OutputRoot, run_id: str) -> dict[str, Any]:
                 "server_faults": Counter(),
                 "ejections": [],
                 "liveness": Counter(),
+                "watched_by": set(),  # how lost requests were looked for there (liveness.py: v1/loads, probes)
             },
         )
 
@@ -128,12 +131,14 @@ def endpoint_report(root: OutputRoot, run_id: str) -> dict[str, Any]:
             e["server_faults"].update(counts["server_faults"])
             evidence.extend({"endpoint": url} | item for item in counts.get("evidence", []))
         for url, found in (tally.get("liveness") or {}).items():  # lost requests found, hedges (liveness.py)
-            entry(url)["liveness"].update({k: int(v) for k, v in found.items() if k != "watched"})
+            e = entry(url)
+            e["liveness"].update({k: v for k, v in found.items() if type(v) is int})  # counts, not flags or lists
+            e["watched_by"].update(found.get("watched_by") or [])
     for _, raw in _records(root, run_id, "ejection"):
         entry(raw["endpoint"])["ejections"].append(raw)
     for e in endpoints.values():
         e["quarantined"], e["server_faults"] = dict(e["quarantined"]), dict(e["server_faults"])
-        e["liveness"] = dict(e["liveness"])
+        e["liveness"], e["watched_by"] = dict(e["liveness"]), sorted(e["watched_by"])
     return {
         "endpoints": dict(sorted(endpoints.items())),
         "stops": [raw for _, raw in _records(root, run_id, "stop")],

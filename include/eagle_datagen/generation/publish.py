@@ -338,6 +338,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
                     "server_faults_retried": e["server_faults"],
                     "lost_requests": e["liveness"].get("lost_detected", 0),
                     "hedges": {k: e["liveness"].get(k, 0) for k in ("hedges_sent", "hedges_won", "aborted")},
+                    "watched_by": e["watched_by"],  # how lost requests were looked for (liveness.py)
                     "ejected": [{k: x[k] for k in ("reason", "kind", "answers", "by", "at")} for x in e["ejections"]],
                 }
                 for url, e in endpoints["endpoints"].items()

@@ -127,7 +127,7 @@ class RunOptions:
     canary_max_new_tokens: int = 4096
     preflight_wait_s: float = settings.WAIT_READY_S
     front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
-    min_endpoints: int | None = None  # endpoints that must pass preflight; None: the recipe's, else 1
+    min_endpoints: int | str | None = None  # endpoints that must pass preflight, a count or a share ("50%")
 
 
 @dataclass

@@ -54,6 +54,7 @@ from eagle_datagen.generation.stage import (
     prepare_plan,
     resolve_thresholds,
 )
+from eagle_datagen.generation.takeover import check_claim_stands
 from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.liveness import LivenessPolicy
 from eagle_datagen.inference.preflight import ServerInfo
@@ -127,7 +128,7 @@ class RunConfig:
     give_up_after_s: float = settings.GIVE_UP_AFTER_S
     lost_after_s: float = settings.LOST_AFTER_S
     wait_ready_s: float = settings.WAIT_READY_S
-    min_endpoints: int | None = None  # None: the recipe's, else settings.MIN_ENDPOINTS
+    min_endpoints: int | str | None = None  # a count or a share ("50%"); None: the recipe's, else MIN_ENDPOINTS
     checkpoint_every: int = settings.CHECKPOINT_EVERY
     checkpoint_interval_s: float = settings.CHECKPOINT_INTERVAL_S
     max_reasoning_tokens: int | None = None
@@ -356,6 +357,8 @@ def generate_step(
         raise ConfigError(f"run {ctx.run_id} has no plan under {root.uri}: run the plan step first")
     if published_summary(root, ctx.run_id) is not None:  # a finished run (a task rerun after finalize)
         return _already_published(plan, shards)
+    if options.claim:  # a run resumed after another took its samples over generates none of them (takeover.py)
+        check_claim_stands(root, ctx.run_id)
     profile = ctx._setup.profile if ctx._setup is not None else load_profile(plan.profile)
     tokenizer = None
     if ctx._setup is not None:

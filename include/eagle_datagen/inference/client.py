@@ -144,49 +144,74 @@ class GenerateClient:
         if self.screen is not None:
             self.screen.request_lost(endpoint.url)  # may raise RunStopped: every endpoint is out
 
+    def _heard(self, monitor: LivenessMonitor, endpoint: Endpoint, body: dict[str, Any]) -> asyncio.Task[Any]:
+        """The attempt as a task; when it ends with anything from the server, the monitor hears of it (probes wait
+        for an endpoint whose requests have all gone quiet: liveness.py)."""
+        task = asyncio.create_task(self._attempt(endpoint, body))
+        task.add_done_callback(lambda t: t.cancelled() or monitor.heard_from(endpoint.url))
+        return task
+
     async def _watched_attempt(
         self, endpoint: Endpoint, request: SampleRequest, attempt: int
-    ) -> tuple[tuple[list[int], dict[str, Any]] | Failure, Endpoint]:
+    ) -> tuple[tuple[list[int], dict[str, Any]] | Failure, Endpoint, Endpoint | None]:
         """One attempt, watched by the liveness monitor (liveness.py). When its server loses it, its slot is
         given back at once (as a failure of that endpoint: the server no longer works on it), and a hedged copy
         goes to another endpoint; the first answer wins, the other copy is cancelled and aborted by rid.
-        Returns the outcome and the endpoint whose slot the caller releases (the hedge's, once there is one)."""
+        Returns the outcome, the endpoint that gave it, and the endpoint whose slot the caller releases (the
+        hedge's once there is one; None when this attempt holds no slot any more). With no endpoint left for
+        the hedge (every one is out: `NoEndpointAvailable`), the lost copy is aborted and the attempt fails as
+        `no_endpoint`, so the sample is left for a rerun like every other sample of a dead deployment."""
         body = request.body(attempt)
         monitor = self.liveness
         if monitor is None:
-            return await self._attempt(endpoint, body), endpoint
+            return await self._attempt(endpoint, body), endpoint, endpoint
         watched = monitor.watch(endpoint.url, body["rid"])
-        first = asyncio.create_task(self._attempt(endpoint, body))
+        first = self._heard(monitor, endpoint, body)
         second: asyncio.Task[Any] | None = None
+        acquiring: asyncio.Task[Endpoint] | None = None
         try:
             if not await _first_or_lost(first, watched):
-                return first.result(), endpoint
+                return first.result(), endpoint, endpoint
             await self.pool.release(endpoint, ok=False, endpoint_fault=True)
             self._lost(endpoint)  # may raise RunStopped: every endpoint is out
-            other = await self.pool.acquire(request.prompt_ids, avoid=endpoint.url)
+            acquiring = asyncio.create_task(self.pool.acquire(request.prompt_ids, avoid=endpoint.url))
+            await asyncio.wait({first, acquiring}, return_when=asyncio.FIRST_COMPLETED)
+            if first.done():  # the original answered while its hedge waited for a slot: late, not lost
+                if acquiring.done() and not acquiring.cancelled() and acquiring.exception() is None:
+                    await self.pool.release(acquiring.result(), ok=False, endpoint_fault=False)  # unused slot
+                return first.result(), endpoint, None
+            try:
+                other = acquiring.result()
+            except NoEndpointAvailable as exc:
+                monitor.spawn_abort(endpoint.url, body["rid"])
+                stranded = Failure("no_endpoint", f"lost by {endpoint.url}, no endpoint for its hedge: {exc}", True)
+                return stranded, endpoint, None
             hedge_body = body | {"rid": f"{body['rid']}-h"}
             monitor.hedged[other.url] += 1
             hedge_watch = monitor.watch(other.url, hedge_body["rid"])
-            second = asyncio.create_task(self._attempt(other, hedge_body))
+            second = self._heard(monitor, other, hedge_body)
             lost_too = asyncio.create_task(hedge_watch.lost.wait())
             try:
                 await asyncio.wait({first, second, lost_too}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 lost_too.cancel()
                 monitor.forget(hedge_watch)
-            if second.done():  # the hedge answered first: the original is dropped on its server
-                monitor.hedges_won[other.url] += 1
+            if second.done():  # the hedge ended first: the original is dropped on its server
+                if not isinstance(second.result(), Failure):  # a failed hedge is retried like any failure
+                    monitor.hedges_won[other.url] += 1
                 monitor.spawn_abort(endpoint.url, body["rid"])
-                return second.result(), other
+                return second.result(), other, other
             monitor.spawn_abort(other.url, hedge_body["rid"])
             if first.done():  # the original answered after all (late, not lost): its answer is kept
-                return first.result(), other
+                await self.pool.release(other, ok=False, endpoint_fault=False)  # the hedge's slot, unused
+                return first.result(), endpoint, None
             monitor.spawn_abort(endpoint.url, body["rid"])  # lost on both endpoints
             self._lost(other)
-            return Failure("lost", f"lost by {endpoint.url} and by {other.url} (liveness.py)", transient=True), other
+            lost = Failure("lost", f"lost by {endpoint.url} and by {other.url} (liveness.py)", transient=True)
+            return lost, other, other
         finally:
             monitor.forget(watched)
-            for task in (first, second):
+            for task in (first, second, acquiring):
                 if task is not None and not task.done():
                     task.cancel()
 
@@ -207,10 +232,11 @@ class GenerateClient:
                 result.error, result.retryable = f"no_endpoint: {exc}", True
                 break
             self.stats.sent += 1
-            outcome, endpoint = await self._watched_attempt(endpoint, request, attempt)
+            outcome, endpoint, held = await self._watched_attempt(endpoint, request, attempt)
             ok = not isinstance(outcome, Failure)
             # A 400 is about this prompt, not the endpoint; everything transient counts against the endpoint.
-            await self.pool.release(endpoint, ok=ok, endpoint_fault=not ok and outcome.transient)
+            if held is not None:
+                await self.pool.release(held, ok=ok, endpoint_fault=not ok and outcome.transient)
             result.attempts, result.endpoint = attempt, endpoint.url
             if not isinstance(outcome, Failure):
                 output_ids, meta_info = outcome

@@ -2,17 +2,24 @@
 whatever an honest answer may take (a 32k-token reasoning answer takes 20+ minutes, so no timeout can tell).
 
 Each endpoint's own view of its load (SGLang's `GET /v1/loads`: running and waiting requests, summed over
-its data-parallel ranks) is polled every `poll_s` and compared with the requests this client has had in
-flight there for longer than `grace_s`. When the server counts fewer than the client for `lost_after_s`
-on end, the difference is lost inside the server (or on the way): the oldest of those requests are flagged,
-and the client sends a hedged copy of each (the same sample identity and seed, its own rid) to another
-endpoint; the first answer wins, the other is cancelled and aborted on its server (`POST /abort_request`
-with its rid), and the sample is stored once. A request lost again on the hedge's endpoint fails as
-`lost` (transient): the endpoint breakers count it, so a replica that keeps losing requests is taken out,
-and a deployment that loses everything ends as every other dead deployment does (`give_up_after`).
+its data-parallel ranks) is polled every `poll_s` and compared with the requests this client has in flight
+there. When the server counts fewer than the client for `lost_after_s` on end, the difference is lost inside
+the server (or on the way): that many of the oldest requests (those in flight for longer than `grace_s`)
+are flagged, and the client sends a hedged copy of each (the same sample identity and seed, its own rid) to
+another endpoint; the first answer wins, the other is cancelled and aborted on its server (`POST
+/abort_request` with its rid), and the sample is stored once. A request lost again on the hedge's endpoint
+fails as `lost` (transient): the endpoint breakers count it, so a replica that keeps losing requests is taken
+out, and a deployment that loses everything ends as every other dead deployment does (`give_up_after`).
 
-An endpoint without `/v1/loads` (an older SGLang, a router) is not watched; the run says so once.
-Every detection is counted per endpoint (`summary`), for the run's endpoint report.
+An endpoint whose `/v1/loads` cannot be read is watched by probes instead: one without it (a 404: an older
+SGLang, a router) at once, one whose `/v1/loads` fails `failures_to_probe` polls in a row (it errors, or hangs
+as it does when the scheduler is stuck: SGLang asks the scheduler for it) with a warning naming it, until it
+answers again. Probe: when no request there has ended for `lost_after_s`, `GET /health_generate` (SGLang
+answers 200 as soon as its scheduler shows any output, 503 after 20 s without; a busy server does not run
+the probe, so it costs nothing); `probe_failures` failed probes in a row mean its scheduler has stopped, and
+every request there past its grace is flagged lost. A probe cannot find one request lost by a server that
+still works, which only the count can. The endpoint report records how each endpoint was watched
+(`watched_by`), what failed, and every detection (`summary`).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ import aiohttp
 from eagle_datagen import settings
 
 log = logging.getLogger(__name__)
+BY_LOADS = "v1/loads"  # `watched_by`: the server's count compared with the run's
+BY_PROBES = "health_generate"  # `watched_by`: probes of an endpoint whose requests went quiet
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,10 @@ class LivenessPolicy:
     poll_s: float = 5.0  # how often each endpoint's load is read (the smg router polls every 10 s)
     grace_s: float = 5.0  # younger requests may not have reached the server's count yet
     enabled: bool = True
+    failures_to_probe: int = 3  # /v1/loads polls failing in a row before the endpoint is watched by probes
+    probe_failures: int = 2  # failed /health_generate probes in a row that mean the scheduler has stopped
+    # one /v1/loads poll or probe: SGLang's /health_generate gives up after 20 s without scheduler output
+    request_timeout_s: float = 30.0
 
 
 @dataclass(eq=False)
@@ -49,6 +62,19 @@ class Watched:
     rid: str
     started: float = field(default_factory=time.monotonic)
     lost: asyncio.Event = field(default_factory=asyncio.Event)  # set: flagged as lost
+
+
+@dataclass
+class _Endpoint:
+    """What the monitor knows of one endpoint."""
+
+    heard_at: float  # the last time an attempt there ended with anything from the server (an answer, an error)
+    no_loads: bool = False  # /v1/loads is 404: watched by probes for the run
+    load_failures: int = 0  # /v1/loads polls failed in a row
+    failed_probes: int = 0  # /health_generate probes failed in a row
+    probed_at: float = 0.0
+    watched_by: set[str] = field(default_factory=set)
+    counts: Counter[str] = field(default_factory=Counter)  # loads_failed, probes, probes_failed
 
 
 # queues a request may sit in besides running and waiting (SGLang 0.5.23's `queues` section): counting them
@@ -70,14 +96,18 @@ class LivenessMonitor:
         # its own connections: the generation sessions' are all taken when every request there is lost
         self._session: aiohttp.ClientSession | None = None
         self._watched: dict[str, set[Watched]] = {url: set() for url in urls}
+        now = time.monotonic()
+        self._endpoints: dict[str, _Endpoint] = {url: _Endpoint(heard_at=now) for url in urls}
         self._short_since: dict[str, float] = {}
-        self.unwatched: set[str] = set()  # endpoints without /v1/loads
         self.detected: Counter[str] = Counter()  # requests flagged as lost, per endpoint
         self.hedged: Counter[str] = Counter()  # hedged copies sent, per endpoint they went to
         self.hedges_won: Counter[str] = Counter()  # hedged copies that answered first, per endpoint
         self.aborted: Counter[str] = Counter()  # /abort_request sent for a cancelled copy, per endpoint
         self._task: asyncio.Task[None] | None = None
         self._aborts: set[asyncio.Task[None]] = set()
+
+    def _endpoint(self, url: str) -> _Endpoint:
+        return self._endpoints.setdefault(url, _Endpoint(heard_at=time.monotonic()))
 
     def watch(self, url: str, rid: str) -> Watched:
         entry = Watched(url, rid)
@@ -87,10 +117,15 @@ class LivenessMonitor:
     def forget(self, entry: Watched) -> None:
         self._watched.get(entry.url, set()).discard(entry)
 
+    def heard_from(self, url: str) -> None:
+        """An attempt there ended with something from the server: it is not stuck (what probes wait for)."""
+        self._endpoint(url).heard_at = time.monotonic()
+
     def start(self) -> None:
         if self.policy.enabled and self._task is None:
             connector = aiohttp.TCPConnector(limit_per_host=2)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10))
+            timeout = aiohttp.ClientTimeout(total=self.policy.request_timeout_s)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
             self._task = asyncio.create_task(self._run(), name="liveness")
 
     def spawn_abort(self, url: str, rid: str) -> None:
@@ -114,60 +149,153 @@ class LivenessMonitor:
             self._session = None
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.policy.poll_s)
-            now = time.monotonic()
-            busy = [
-                url
-                for url, entries in self._watched.items()
-                if url not in self.unwatched and any(now - e.started >= self.policy.grace_s for e in entries)
-            ]
-            loads = await asyncio.gather(*(self._server_load(url) for url in busy))
-            for url, load in zip(busy, loads, strict=True):
-                if load is not None:
-                    self.compare(url, load, time.monotonic())
+        """Every poll_s, a check of each busy endpoint whose last check has ended: each on its own, so that one
+        slow to answer (a stuck scheduler's /v1/loads hangs) delays nobody else's."""
+        checks: dict[str, asyncio.Task[None]] = {}
+        try:
+            while True:
+                await asyncio.sleep(self.policy.poll_s)
+                now = time.monotonic()
+                for url, entries in self._watched.items():
+                    running = checks.get(url)
+                    if (running is None or running.done()) and any(self._past_grace(e, now) for e in entries):
+                        checks[url] = asyncio.create_task(self._check(url), name=f"liveness {url}")
+        finally:
+            for task in checks.values():
+                task.cancel()
+            await asyncio.gather(*checks.values(), return_exceptions=True)
 
-    async def _server_load(self, url: str) -> int | None:
-        """Requests the server is running or has waiting; None when it cannot say (then it is not watched)."""
+    def _past_grace(self, entry: Watched, now: float) -> bool:
+        return now - entry.started >= self.policy.grace_s
+
+    async def _check(self, url: str) -> None:
+        """One poll of one busy endpoint: its count, or (when that cannot be read) a probe."""
+        endpoint = self._endpoint(url)
+        if not endpoint.no_loads:
+            load = await self._server_load(url, endpoint)
+            if load is not None:
+                endpoint.watched_by.add(BY_LOADS)
+                self.compare(url, load, time.monotonic())
+                return
+        if endpoint.no_loads or endpoint.load_failures >= self.policy.failures_to_probe:
+            endpoint.watched_by.add(BY_PROBES)
+            await self._probe_if_quiet(url, endpoint)
+
+    async def _server_load(self, url: str, endpoint: _Endpoint) -> int | None:
+        """Requests the server is running or has waiting; None when it cannot say (a 404 for good, else this
+        poll: after failures_to_probe in a row, with a warning, the endpoint is watched by probes until its
+        /v1/loads answers again)."""
         assert self._session is not None
         try:
             async with self._session.get(url.rstrip("/") + "/v1/loads") as response:
                 if response.status == 404:
-                    self.unwatched.add(url)
-                    log.warning("SGLang at %s has no /v1/loads: lost requests there are not detected", url)
+                    endpoint.no_loads = True
+                    log.warning(
+                        "SGLang at %s has no /v1/loads: lost requests there are watched by /health_generate probes "
+                        "only (a stopped scheduler is found, one request lost by a working server is not)",
+                        url,
+                    )
                     return None
                 if response.status != 200:
-                    return None
+                    raise ValueError(f"HTTP {response.status}")
                 body = await response.json(content_type=None)
-            return sum(_counted(load) for load in body["loads"])
-        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
-            return None  # a busy or restarting server: asked again at the next poll
+            load = sum(_counted(entry) for entry in body["loads"])
+        except TimeoutError:
+            self._load_failed(url, endpoint, f"no answer within {self.policy.request_timeout_s:.0f} s")
+            return None
+        except (aiohttp.ClientError, ValueError, KeyError, TypeError) as exc:
+            self._load_failed(url, endpoint, f"{type(exc).__name__}: {exc}"[:200])
+            return None
+        if endpoint.load_failures >= self.policy.failures_to_probe:
+            log.warning("SGLang at %s answers /v1/loads again: its count is compared again", url)
+        endpoint.load_failures = 0
+        return load
+
+    def _load_failed(self, url: str, endpoint: _Endpoint, problem: str) -> None:
+        endpoint.load_failures += 1
+        endpoint.counts["loads_failed"] += 1
+        if endpoint.load_failures == self.policy.failures_to_probe:
+            log.warning(
+                "SGLang at %s failed /v1/loads %d times in a row (last: %s): lost requests there are watched by "
+                "/health_generate probes until it answers again",
+                url,
+                endpoint.load_failures,
+                problem,
+            )
+
+    async def _probe_if_quiet(self, url: str, endpoint: _Endpoint) -> None:
+        """Probe an endpoint none of whose requests has ended for lost_after_s (at most every quarter of that);
+        after probe_failures failed probes in a row, flag every request there past its grace as lost."""
+        now = time.monotonic()
+        quiet_s = now - endpoint.heard_at
+        if quiet_s < self.policy.lost_after_s or now - endpoint.probed_at < self.policy.lost_after_s / 4:
+            return
+        endpoint.probed_at = now
+        endpoint.counts["probes"] += 1
+        problem = await self._health_generate(url)
+        if problem is None:
+            endpoint.failed_probes = 0
+            return
+        endpoint.failed_probes += 1
+        endpoint.counts["probes_failed"] += 1
+        if endpoint.failed_probes < self.policy.probe_failures:
+            return
+        endpoint.failed_probes = 0
+        now = time.monotonic()
+        lost = [e for e in self._watched.get(url, ()) if self._past_grace(e, now) and not e.lost.is_set()]
+        self._flag(url, lost)
+        if lost:
+            log.warning(
+                "SGLang at %s failed /health_generate %d times in a row (last: %s) and no request there ended for "
+                "%.0f s: its scheduler seems stuck; %d requests there are lost, sent again elsewhere",
+                url,
+                self.policy.probe_failures,
+                problem,
+                quiet_s,
+                len(lost),
+            )
+
+    async def _health_generate(self, url: str) -> str | None:
+        """None when the server's scheduler answered the probe; else what went wrong."""
+        assert self._session is not None
+        try:
+            async with self._session.get(url.rstrip("/") + "/health_generate") as response:
+                await response.read()
+                return None if response.status == 200 else f"/health_generate answered {response.status}"
+        except TimeoutError:
+            return f"/health_generate gave no answer within {self.policy.request_timeout_s:.0f} s"
+        except aiohttp.ClientError as exc:
+            return f"/health_generate failed ({type(exc).__name__}: {exc})"[:200]
+
+    def _flag(self, url: str, lost: list[Watched]) -> None:
+        for entry in lost:
+            entry.lost.set()
+        self.detected[url] += len(lost)
 
     def compare(self, url: str, load: int, now: float) -> list[Watched]:
         """Flag the requests that the server's `load` no longer counts, once the shortfall has lasted
         lost_after_s; returns those flagged now."""
-        old = sorted((e for e in self._watched.get(url, ()) if now - e.started >= self.policy.grace_s),
-                     key=lambda e: e.started)  # fmt: skip
-        flagged = sum(e.lost.is_set() for e in old)
-        missing = len(old) - load - flagged
+        entries = self._watched.get(url, set())
+        old = sorted((e for e in entries if self._past_grace(e, now)), key=lambda e: e.started)
+        # Every request in flight there is compared, the young too: the server counts the ones it has received,
+        # so comparing only the old would let each new request hide a lost one, and a busy replica always has
+        # new ones. A request still on its way shows as a shortfall for a moment, far less than lost_after_s.
+        missing = len(entries) - load - sum(e.lost.is_set() for e in entries)
         if missing <= 0:
             self._short_since.pop(url, None)
             return []
         since = self._short_since.setdefault(url, now)
-        if now - since < self.policy.lost_after_s:
+        lost = [e for e in old if not e.lost.is_set()][:missing]  # only requests past their grace are flagged
+        if now - since < self.policy.lost_after_s or not lost:
             return []
         self._short_since.pop(url, None)
-        lost = [e for e in old if not e.lost.is_set()][:missing]
-        for entry in lost:
-            entry.lost.set()
-        self.detected[url] += len(lost)
+        self._flag(url, lost)
         log.warning(
-            "SGLang at %s counts %d requests, this run has %d there for over %.0f s: %d lost for %.0f s, "
-            "sent again elsewhere (oldest rid %s)",
+            "SGLang at %s counts %d requests, this run has %d there: %d lost for %.0f s, sent again elsewhere "
+            "(oldest rid %s)",
             url,
             load,
-            len(old),
-            self.policy.grace_s,
+            len(entries),
             len(lost),
             now - since,
             lost[0].rid,
@@ -186,14 +314,22 @@ class LivenessMonitor:
             pass
 
     def summary(self) -> dict[str, dict[str, Any]]:
-        urls = sorted(set(self.detected) | set(self.hedged) | set(self.unwatched))
-        return {
-            url: {
+        """Per endpoint: how it was watched (`watched_by`: "v1/loads" while its count was compared,
+        "health_generate" while it was watched by probes instead; empty when it never had a request past its
+        grace), what failed, and what was found."""
+        urls = sorted(set(self._endpoints) | set(self.detected) | set(self.hedged) | set(self.aborted))
+        found = {}
+        for url in urls:
+            endpoint = self._endpoint(url)
+            found[url] = {
                 "lost_detected": self.detected[url],
                 "hedges_sent": self.hedged[url],
                 "hedges_won": self.hedges_won[url],
                 "aborted": self.aborted[url],
-                "watched": url not in self.unwatched,
+                "loads_failed": endpoint.counts["loads_failed"],
+                "probes": endpoint.counts["probes"],
+                "probes_failed": endpoint.counts["probes_failed"],
+                "watched_by": sorted(endpoint.watched_by),
+                "no_loads": endpoint.no_loads,
             }
-            for url in urls
-        }
+        return found

@@ -341,6 +341,7 @@ class LeftOut:
 
     url: str
     reason: str
+    run_level: bool = False  # it failed in a way that would be the run's own, were no other endpoint to pass
 
     def to_json(self) -> dict[str, str]:
         return {"url": self.url, "reason": self.reason}
@@ -364,7 +365,10 @@ async def judge_endpoints(
     agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[dict[str, str]]] | None = None,
 ) -> EndpointVerdicts:
     """Preflight every endpoint; those that fail are left out with a warning. ConfigError (one line) when
-    fewer than `min_endpoints` pass, RunLevelError as soon as one endpoint fails in a way that is the run's.
+    fewer than `min_endpoints` pass. A failure that looks like the run's own (RunLevelError: the canary of its
+    sampling refused, a think token its template should have prefilled) is the run's only when no endpoint
+    passes: then it stops the run as it is; when others pass the same canary, it is that endpoint's (a replica
+    with a shorter context length, another model) and the endpoint is left out like any other.
     `agreement`: the client-vs-server tokenizer check, run on the endpoints that passed; those it names are left out."""
     check_endpoint_urls(urls)
     timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
@@ -374,10 +378,8 @@ async def judge_endpoints(
             return await preflight_endpoint(
                 session, url, profile, expected_model, canary_body, allow_model_mismatch, wait_s
             )
-        except RunLevelError:
-            raise
         except ConfigError as exc:
-            return LeftOut(url, str(exc))
+            return LeftOut(url, str(exc), run_level=isinstance(exc, RunLevelError))
 
     async with aiohttp.ClientSession(timeout=timeout) as session:
         verdicts = await asyncio.gather(*(judged(session, url) for url in urls))
@@ -387,6 +389,10 @@ async def judge_endpoints(
             verdicts = [LeftOut(v.url, disagreeing[v.url]) if v.url in disagreeing else v for v in verdicts]
     servers = [v for v in verdicts if isinstance(v, ServerInfo)]
     left_out = [v for v in verdicts if isinstance(v, LeftOut)]
+    run_level = [x for x in left_out if x.run_level]
+    if run_level and not servers:  # no endpoint passed what failed there: the run's own failure
+        raise RunLevelError(run_level[0].reason)
+    left_out = [_endpoints_own(x, len(servers)) if x.run_level else x for x in left_out]
     if len(servers) < max(min_endpoints, 1):
         if len(urls) == 1 and left_out:
             raise ConfigError(left_out[0].reason)
@@ -404,6 +410,11 @@ async def judge_endpoints(
         raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
     warn_seed_not_reproducible(servers)
     return EndpointVerdicts(servers, left_out)
+
+
+def _endpoints_own(left: LeftOut, passed: int) -> LeftOut:
+    """A run-level-looking failure of one endpoint while `passed` others took the same canary: the endpoint's."""
+    return LeftOut(left.url, f"{left.reason} (the same canary passed on {passed} other endpoint(s): this one differs)")
 
 
 async def preflight(

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from eagle_datagen import settings
 from eagle_datagen.conversation import TURNS
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.inference.endpoint_minimum import parse_min_endpoints
 from eagle_datagen.records import CATEGORY_PATTERN
 from eagle_datagen.sources.benchmarks import DEFAULT_NGRAM, BenchmarkSource
 from eagle_datagen.sources.formats import MAPPABLE_FIELDS, FormatName, HistoryPolicy, SourceFormat
@@ -170,12 +171,21 @@ class Recipe(_Strict):
     max_rates: dict[str, float] = Field(default_factory=dict)
     # Endpoints that must pass preflight for the run to go on (inference/preflight.judge_endpoints); None:
     # settings.MIN_ENDPOINTS, unless a flag or the trigger form sets it.
-    min_endpoints: int | None = Field(None, ge=1)
+    # A count (2) or a share of the endpoints given ("50%"): inference/endpoint_minimum.py.
+    min_endpoints: int | str | None = None
     defaults: Defaults = Defaults()
     decontamination: Decontamination | None = None
     near_duplicates: NearDuplicates | None = None  # off unless given ({} for the defaults)
     categories: dict[str, CategorySpec] = Field(min_length=1)
     base_dir: Path | None = Field(None, exclude=True)
+
+    @field_validator("min_endpoints", mode="before")
+    @classmethod
+    def _min_endpoints(cls, value: object) -> int | str | None:
+        try:
+            return None if value is None else parse_min_endpoints(value)
+        except ConfigError as exc:  # said as the recipe's other bad values are
+            raise ValueError(str(exc)) from None
 
     @field_validator("categories")
     @classmethod

@@ -27,6 +27,13 @@ def _ejections(ejections: list[dict[str, Any]]) -> str:
     )
 
 
+def _watched(endpoint: dict[str, Any]) -> str:
+    ways = endpoint.get("watched_by")
+    if ways is None:  # a report from before the liveness monitor said
+        return ""
+    return f"<br><span class='muted'>watched by {_e(', '.join(ways)) if ways else 'nothing'}</span>"
+
+
 def endpoint_table(report: dict[str, Any]) -> str:
     """HTML: one row per endpoint (answers, valid, quarantined and retried reasons, ejections), then the
     run's early stops."""
@@ -45,7 +52,7 @@ def endpoint_table(report: dict[str, Any]) -> str:
     rows = [
         f"<tr><td>{_e(url)}</td><td class='n'>{e['answers']:,}</td><td class='n'>{e['valid']:,}</td>"
         f"<td>{_counts(e['quarantined'])}</td><td>{_counts(e['server_faults'])}</td>"
-        f"<td>{_counts({k: v for k, v in (e.get('liveness') or {}).items() if v})}</td>"
+        f"<td>{_counts({k: v for k, v in (e.get('liveness') or {}).items() if v})}{_watched(e)}</td>"
         f"<td>{_ejections(e['ejections'])}</td></tr>"
         for url, e in endpoints.items()
     ]

@@ -35,8 +35,25 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+HEALTH_CHECK_TIMEOUT_S = 20.0  # SGLang's /health_generate waits this long for any scheduler output, then 503
+
+
+async def _hang(request: web.Request, seconds: float | None = None) -> None:
+    """Answer nothing until the client goes away (or `seconds` pass)."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while request.transport is not None and not request.transport.is_closing():
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(0.1)
+    raise asyncio.CancelledError  # the client is gone: aiohttp's path for a closed connection
+
+
 async def health_generate(request: web.Request) -> web.Response:
-    return web.Response(status=503 if _state(request).starting else 200)
+    state = _state(request)
+    if state.stuck:  # SGLang's probe gets no scheduler output: 503 after its timeout
+        await _hang(request, HEALTH_CHECK_TIMEOUT_S)
+        return web.Response(status=503)
+    return web.Response(status=503 if state.starting else 200)
 
 
 async def model_info(request: web.Request) -> web.Response:
@@ -153,7 +170,12 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def loads(request: web.Request) -> web.Response:
-    return _json(loads_body(_state(request)))
+    state = _state(request)
+    if state.config.loads_fault == "hang" or state.stuck:  # SGLang asks its scheduler, which does not answer
+        await _hang(request)
+    if state.config.loads_fault == "error":
+        return web.Response(status=500, text="Internal Server Error")
+    return _json(loads_body(state))
 
 
 async def sim_stats(request: web.Request) -> web.Response:
@@ -199,8 +221,18 @@ async def sim_restart(request: web.Request) -> web.StreamResponse:
 
 
 async def abort_request(request: web.Request) -> web.Response:
-    """SGLang's POST /abort_request {"rid": ...}: 200 whether or not the rid is running (the stand-in keeps no
-    rids; the count of calls is in /sim/stats "polls")."""
+    """SGLang's POST /abort_request {"rid": ..., "abort_all": ...}: ends the requests held under that rid (or a
+    longer one: aborts.py), 200 with an empty body whether or not any was held; the calls are counted in
+    /sim/stats "polls", the requests ended in "aborted"."""
+    try:
+        body = json.loads(await request.read())
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        message = "1 validation error: the body must be a JSON object (AbortReq)"
+        return _json({"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}, 400)
+    state = _state(request)
+    state.stats.aborted += state.aborts.abort(str(body.get("rid") or ""), body.get("abort_all") is True)
     return web.Response(status=200)
 
 

@@ -201,6 +201,18 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help="lose every /generate request after the first N (accepted, never answered; /health stays 200)",
     )
     faults.add_argument(
+        "--fault-loads",
+        choices=("hang", "error"),
+        help="GET /v1/loads never answers (hang) or answers 500 (error); generation is unaffected",
+    )
+    faults.add_argument(
+        "--stuck-after",
+        type=positive_int,
+        metavar="N",
+        help="the scheduler stops after N /generate requests: later ones are never answered, /v1/loads hangs, "
+        "/health_generate answers 503 after 20 s (/health stays 200)",
+    )
+    faults.add_argument(
         "--slow-seconds",
         type=non_negative,
         default=d.slow_seconds,
@@ -245,6 +257,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         slow_seconds=args.slow_seconds,
         restart_every_s=args.restart_every,
         lose_after=args.lose_after,
+        loads_fault=args.fault_loads,
+        stuck_after=args.stuck_after,
         restart_downtime_s=args.restart_downtime,
     )
     if args.profile:

@@ -47,6 +47,7 @@ class FaultRates:
 
 
 FAULT_KINDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FaultRates))
+LOADS_FAULTS = (None, "hang", "error")
 
 
 @dataclass
@@ -95,6 +96,11 @@ class SimConfig:
     slow_seconds: float = 2.0
     restart_every_s: float | None = None  # periodic restarts; None: never
     lose_after: int | None = None  # every /generate request after this many is lost (the lose fault); None: never
+    # GET /v1/loads: "hang" never answers, "error" answers 500 (the scheduler still works); None: answers
+    loads_fault: str | None = None
+    # the scheduler stops after this many /generate requests: later ones are never answered, /v1/loads hangs
+    # (SGLang asks the scheduler for it) and /health_generate answers 503 after 20 s, /health stays 200
+    stuck_after: int | None = None
     restart_downtime_s: float = 1.0
 
     def __post_init__(self) -> None:
@@ -110,6 +116,11 @@ class SimConfig:
                 problems.append(f"{name} must not be negative")
         if self.slow_seconds < 0 or self.restart_downtime_s < 0:
             problems.append("slow_seconds and restart_downtime_s must not be negative")
+        if self.loads_fault not in LOADS_FAULTS:
+            problems.append(f"loads_fault must be one of {LOADS_FAULTS}, got {self.loads_fault!r}")
+        for name in ("lose_after", "stuck_after"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
+                problems.append(f"{name} must not be negative")
         if self.restart_every_s is not None and self.restart_every_s <= 0:
             problems.append("restart_every_s must be positive (or None for no periodic restarts)")
         if self.ordinary_vocab > self.vocab_size:
@@ -126,6 +137,11 @@ class SimConfig:
             problems.append("zipf_exponent must be positive")
         if problems:
             raise ValueError("bad stand-in server config: " + "; ".join(problems))
+
+    @property
+    def lost_after(self) -> int | None:
+        """Every /generate request after this many is never answered: lost, or its scheduler stuck."""
+        return min((n for n in (self.lose_after, self.stuck_after) if n is not None), default=None)
 
     def with_profile(self, name: str) -> SimConfig:
         """A copy with a speed profile's timing and output lengths."""

@@ -83,6 +83,7 @@ class SimStats:
     prefill_passes: int = 0  # prompts prefilled: one per generation, plus n > 1's prefill-only pass
     generation_tokens: int = 0
     restarts: int = 0
+    aborted: int = 0  # requests ended by POST /abort_request
     first_request_at: float | None = None  # wall clock (time.time())
     last_request_at: float | None = None
     first_request_mono: float | None = None
@@ -125,4 +126,5 @@ class SimStats:
             "prefill_passes": self.prefill_passes,
             "generation_tokens": self.generation_tokens,
             "restarts": self.restarts,
+            "aborted": self.aborted,
         }

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from eagle_datagen.standin.sglang.aborts import ABORTED_QUEUED, ABORTED_RUNNING, unless_aborted
 from eagle_datagen.standin.sglang.engine import QueueFull
 from eagle_datagen.standin.sglang.faults import (
     ABORT_FINISH_REASON,
@@ -71,6 +72,28 @@ async def _never_answer(request: web.Request) -> None:
     raise Dropped
 
 
+async def _lost(request: web.Request, state: SimState, parsed: GenerateRequest) -> web.Response:
+    """A lost request is held until the client goes away or /abort_request ends it: then it is answered as a
+    request aborted in SGLang's waiting queue (it never ran)."""
+    with state.aborts.holding([item.rid for item in parsed.items]) as aborted:
+        await unless_aborted(_never_answer(request), aborted)  # Dropped when the client goes away first
+    timing = Timing.untimed(time.time())
+    results = [
+        response_object(
+            text=state.text([], item.sampling.skip_special_tokens),
+            output_ids=[],
+            rid=item.rid,
+            finish_reason=dict(ABORTED_QUEUED),
+            prompt_tokens=len(item.prompt_ids),
+            completion_tokens=0,
+            timing=timing,
+            weight_version=state.config.weight_version,
+        )
+        for item in parsed.items
+    ]
+    return _json(results[0] if parsed.single else results)
+
+
 async def handle_generate(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     state.stats.request_arrived()
@@ -95,7 +118,7 @@ async def _generate(request: web.Request, state: SimState, arrived: float) -> we
     except ValueError as exc:
         return _json(InvalidBody(f"JSON decode error: {exc}").body(), 400)
     stream = isinstance(body, dict) and body.get("stream") is True
-    faults = state.faults.for_request(state.config.lose_after)
+    faults = state.faults.for_request(state.config.lost_after)
     if faults.error_429:
         state.stats.faults["error_429"] += 1
         return _json(ROUTER_429_BODY, 429)
@@ -120,7 +143,7 @@ async def _generate(request: web.Request, state: SimState, arrived: float) -> we
         return await _stream_error(request, _queue_full_event()) if stream else _json(QUEUE_FULL_BODY, 503)
     if faults.lose:
         state.stats.faults["lose"] += 1
-        await _never_answer(request)
+        return await _lost(request, state, parsed)
     if faults.drop and not stream:
         state.stats.faults["drop"] += 1
         raise Dropped
@@ -233,17 +256,25 @@ async def run_item(
     think_ids = (cfg.think_start_id, cfg.think_end_id)
     output_ids, completion_tokens = apply_output_faults(generation.output_ids, item.prompt_ids, faults, think_ids)
     decoded = len(generation.output_ids)  # the tokens the model "ran" for, whatever the faults did
-    await state.pool.acquire()
-    phases["started"] = time.monotonic()
-    try:
-        cached = await state.prefill.prefill(item.prompt_ids)  # one batch at a time (prefill_lane.py)
-        phases["prefilled"] = time.monotonic()
-        if emit is None:
-            await _sleep(cfg.decode_s_per_token * decoded)
-        else:
-            await _stream_partials(state, item, output_ids, faults.echo, decoded, emit, result)
-    finally:
-        state.pool.release()
+    with state.aborts.holding([item.rid]) as aborted:  # POST /abort_request ends it early (aborts.py)
+        slot, _ = await unless_aborted(state.pool.acquire(), aborted)
+        if not slot:
+            return result([], dict(ABORTED_QUEUED), 0)
+        phases["started"] = time.monotonic()
+        try:
+            cached = await state.prefill.prefill(item.prompt_ids)  # one batch at a time (prefill_lane.py)
+            phases["prefilled"] = time.monotonic()
+            if emit is None:
+                decoding = _sleep(cfg.decode_s_per_token * decoded)
+            else:
+                decoding = _stream_partials(state, item, output_ids, faults.echo, decoded, emit, result)
+            finished, _ = await unless_aborted(decoding, aborted)
+        finally:
+            state.pool.release()
+        if not finished:  # the ids decoded until the abort, as the real server returns them
+            per_token = cfg.decode_s_per_token
+            done = min(len(output_ids), int((time.monotonic() - phases["prefilled"]) / per_token)) if per_token else 0
+            return result(output_ids[:done], dict(ABORTED_RUNNING), done)
     state.prefix_cache.insert(item.prompt_ids + cached_output(generation, sampling.max_new_tokens))
     state.stats.items += 1
     state.stats.count_prefill(len(item.prompt_ids), cached)

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from eagle_datagen.standin.sglang.aborts import AbortRegistry
 from eagle_datagen.standin.sglang.config import FaultRates, SimConfig
 from eagle_datagen.standin.sglang.engine import SimStats, SlotPool
 from eagle_datagen.standin.sglang.faults import FaultInjector
@@ -27,6 +28,7 @@ class SimState:
         self.prefix_cache = PrefixCache(config.prefix_cache_tokens)  # emptied by /flush_cache and restarts
         self.prefill = PrefillLane(self.prefix_cache, lambda: self.config.prefill_s_per_token)
         self.stats = SimStats()
+        self.aborts = AbortRegistry()  # the rids held, for POST /abort_request
         self.faults = FaultInjector(config.faults, config.fault_seed)
         self.ready_at = time.monotonic() + config.startup_seconds
         # set by the runner: where it listens, and how to restart (listener down, connections closed,
@@ -38,6 +40,12 @@ class SimState:
     @property
     def starting(self) -> bool:
         return time.monotonic() < self.ready_at
+
+    @property
+    def stuck(self) -> bool:
+        """The scheduler has stopped (SimConfig.stuck_after): nothing it would answer is answered."""
+        after = self.config.stuck_after
+        return after is not None and self.faults.requests > after
 
     def came_up(self) -> None:
         self.ready_at = time.monotonic() + self.config.startup_seconds

@@ -107,9 +107,7 @@ def endpoint_report_of(tmp_path: Path) -> dict:
     return endpoint_report(LocalOutputRoot(str(tmp_path / "out")), "r")["endpoints"]
 
 
-def test_a_replica_whose_v1_loads_errors_is_watched_by_probes_with_a_warning_and_the_report_says_so(
-    tmp_path, caplog
-):
+def test_a_replica_whose_v1_loads_errors_is_watched_by_probes_with_a_warning_and_the_report_says_so(tmp_path, caplog):
     with replica(**SLOW) as good, replica(loads_fault="error", **SLOW) as erring, caplog.at_level("WARNING"):
         summary = run_generation(options(tmp_path, [good.url, erring.url], liveness=PROBED))
     assert summary.pending == 0 and summary.published is not None
@@ -143,3 +141,30 @@ def test_a_stuck_scheduler_whose_v1_loads_hangs_is_found_by_probes_and_its_reque
     assert "health_generate" in report["watched_by"] and report["liveness"]["probes_failed"] >= PROBED.probe_failures
     assert report["liveness"]["lost_detected"] == held  # every held request found, and hedged
     assert elapsed < 60, elapsed
+
+
+def test_the_last_requests_on_a_slow_replica_are_drain_hedged_on_the_idle_one_and_stored_once(tmp_path):
+    """A replica much slower than the other (answers of 20 s) still works: nothing is lost, so only the
+    drain hedge helps. When the run hands out its last request, the slow replica's requests in flight get a copy
+    on the fast one, which answers first; each sample is stored once, the slow copies are aborted, the slow
+    replica is neither blamed nor ejected, and the manifest counts the drain hedges."""
+    slow_s = 20.0
+    fixed = {"output_tokens_min": 100, "output_tokens_max": 100}
+    watch = dataclasses.replace(WATCH, lost_after_s=60.0, drain_hedge_min_s=1.0)
+    with replica(**fixed) as fast, replica(decode_s_per_token=slow_s / 100, **fixed) as slow:
+        started = time.monotonic()
+        summary = run_generation(options(tmp_path, [fast.url, slow.url], liveness=watch))
+        elapsed = time.monotonic() - started
+        aborts = slow.stats()["polls"].get("POST /abort_request", 0)
+    assert summary.pending == 0 and summary.published is not None
+    ids = stored_ids(tmp_path)
+    assert len(ids) == SAMPLES == len(set(ids))
+    counts = manifest(tmp_path)["counts"]["endpoints"]
+    won = counts[fast.url]["hedges"]["drain_hedges_won"]
+    assert won >= 1 and counts[fast.url]["hedges"]["drain_hedges_sent"] >= won
+    assert aborts >= won  # each slow copy that lost the race was aborted by rid
+    assert counts[slow.url]["lost_requests"] == 0
+    assert not endpoint_report_of(tmp_path)[slow.url]["ejections"]
+    # the run's end waits for a poll or two past drain_hedge_min_s, not for the slow answers' 20 s (without the
+    # drain hedge this run takes 20-21 s; with it 5-7 s, measured on 2 cores)
+    assert elapsed < slow_s * 0.75

@@ -80,6 +80,10 @@ class ShardIncomplete(DataGenError):
     """A shard cannot be published while some of its samples have no result yet."""
 
 
+# the manifest's hedge counts per endpoint: of lost requests, of the drain (liveness.py), the copies aborted
+HEDGE_COUNTS = ("hedges_sent", "hedges_won", "drain_hedges_sent", "drain_hedges_won", "aborted")
+
+
 def data_key(run_id: str, category: str, shard: int) -> str:
     return f"data/category={category}/run={run_id}/part-{shard:05d}.parquet"
 
@@ -337,7 +341,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
                     "quarantined": e["quarantined"],
                     "server_faults_retried": e["server_faults"],
                     "lost_requests": e["liveness"].get("lost_detected", 0),
-                    "hedges": {k: e["liveness"].get(k, 0) for k in ("hedges_sent", "hedges_won", "aborted")},
+                    "hedges": {k: e["liveness"].get(k, 0) for k in HEDGE_COUNTS},
                     "watched_by": e["watched_by"],  # how lost requests were looked for (liveness.py)
                     "ejected": [{k: x[k] for k in ("reason", "kind", "answers", "by", "at")} for x in e["ejections"]],
                 }

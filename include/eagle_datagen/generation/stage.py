@@ -413,7 +413,7 @@ async def generate_pending(
             # the drain (the last jobs running alone while slots sit idle)
             conversations.sort(key=lambda j: -sum(m["role"] == "user" for m in j.messages))
             jobs = itertools.chain((conversation_job(j) for j in conversations), (sample_job(r) for r in pending))
-            await run_jobs(jobs, pool.workers)
+            await run_jobs(jobs, pool.workers, on_drained=client.drained)
             progress.finish()
     finally:
         liveness = opened[0].liveness.summary() if opened and opened[0].liveness is not None else {}

@@ -64,6 +64,8 @@ def beyond_vocab(request: SampleRequest, vocab_size: int) -> str | None:
     if any(i >= vocab_size for i in stops):
         return f"stop_token_ids {stops} hold an id beyond the model's vocabulary of {vocab_size} ids; not sent"
     return None
+
+
 class Judgement(Protocol):
     reason: str | None  # None: a valid answer
 
@@ -170,8 +172,19 @@ class GenerateClient:
         second: asyncio.Task[Any] | None = None
         acquiring: asyncio.Task[Endpoint] | None = None
         try:
-            if not await _first_or_lost(first, watched):
-                return first.result(), endpoint, endpoint
+            while True:
+                state = await _first_lost_or_drain(first, watched)
+                if state == "answered":
+                    monitor.answered(watched)
+                    return first.result(), endpoint, endpoint
+                if state == "lost":
+                    break
+                watched.drain.clear()
+                other = self.pool.take_free(watched.drain_to) if watched.drain_to else None
+                if other is None:  # the slot went to other work meanwhile: may be asked again
+                    watched.drain_asked = False
+                    continue
+                return await self._drain_race(monitor, endpoint, body, first, watched, other)
             await self.pool.release(endpoint, ok=False, endpoint_fault=True)
             self._lost(endpoint)  # may raise RunStopped: every endpoint is out
             acquiring = asyncio.create_task(self.pool.acquire(request.prompt_ids, avoid=endpoint.url))
@@ -214,6 +227,65 @@ class GenerateClient:
             for task in (first, second, acquiring):
                 if task is not None and not task.done():
                     task.cancel()
+
+    async def _drain_race(
+        self,
+        monitor: LivenessMonitor,
+        endpoint: Endpoint,
+        body: dict[str, Any],
+        first: asyncio.Task[Any],
+        watched: Watched,
+        other: Endpoint,
+    ) -> tuple[tuple[list[int], dict[str, Any]] | Failure, Endpoint, Endpoint | None]:
+        """The drain hedge (liveness.py): a copy of a slow request on `other` (whose slot is held), raced against
+        the original. The first answer wins and the other copy is aborted; a copy that fails or is lost drops
+        out (counted against its endpoint) and the other one is waited for. The loser's slot is released here,
+        the winner's is the caller's."""
+        hedge_body = body | {"rid": f"{body['rid']}-d"}
+        monitor.drain_hedged[other.url] += 1
+        hedge_watch = monitor.watch(other.url, hedge_body["rid"], hedge=True)
+        second = self._heard(monitor, other, hedge_body)
+        copies = {first: (endpoint, watched), second: (other, hedge_watch)}
+        last: tuple[Any, Endpoint] | None = None
+        try:
+            while copies:
+                lost = {asyncio.create_task(w.lost.wait()): task for task, (_, w) in copies.items()}
+                try:
+                    await asyncio.wait(set(copies) | set(lost), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for waiter in lost:
+                        waiter.cancel()
+                for task in [t for t in copies if t.done() or copies[t][1].lost.is_set()]:
+                    where, watch = copies.pop(task)
+                    if task.done() and not isinstance(task.result(), Failure):
+                        for rest, (elsewhere, rest_watch) in copies.items():  # the loser: aborted, slot freed
+                            rest.cancel()
+                            monitor.spawn_abort(elsewhere.url, rest_watch.rid)
+                            await self.pool.release(elsewhere, ok=False, endpoint_fault=False)
+                        if task is second:
+                            monitor.drain_hedges_won[other.url] += 1
+                        return task.result(), where, where
+                    if not task.done():  # lost on its server: dropped, its endpoint blamed
+                        task.cancel()
+                        monitor.spawn_abort(where.url, watch.rid)
+                        self._lost(where)
+                        last = (Failure("lost", f"lost by {where.url} (liveness.py)", transient=True), where)
+                    else:
+                        last = (task.result(), where)
+                    if copies:  # the other copy still runs: this one's slot is freed as a failure of its own
+                        failure = last[0]
+                        await self.pool.release(where, ok=False, endpoint_fault=failure.transient)
+            assert last is not None
+            return last[0], last[1], last[1]  # both failed: the last one's slot is the caller's
+        finally:
+            monitor.forget(hedge_watch)
+            if not second.done():
+                second.cancel()
+
+    def drained(self) -> None:
+        """The run has handed out its last request: idle replicas may take drain hedges (liveness.py)."""
+        if self.liveness is not None:
+            self.liveness.drain(self.pool.free_slots)
 
     async def generate(self, request: SampleRequest) -> SampleResult:
         result = SampleResult(request)
@@ -272,12 +344,16 @@ class GenerateClient:
         return result
 
 
-async def _first_or_lost(attempt: asyncio.Task[Any], watched: Watched) -> bool:
-    """Wait for the attempt's outcome or for the monitor to flag it lost (True: lost, the attempt still runs)."""
+async def _first_lost_or_drain(attempt: asyncio.Task[Any], watched: Watched) -> str:
+    """Wait for the attempt's outcome ("answered"), for the monitor to flag it lost ("lost") or to ask for its
+    drain hedge ("drain"); the attempt still runs in the last two cases."""
     flagged = asyncio.create_task(watched.lost.wait())
+    drain = asyncio.create_task(watched.drain.wait())
     try:
-        await asyncio.wait({attempt, flagged}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({attempt, flagged, drain}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         flagged.cancel()
-    return not attempt.done()
-
+        drain.cancel()
+    if attempt.done():
+        return "answered"
+    return "lost" if watched.lost.is_set() else "drain"

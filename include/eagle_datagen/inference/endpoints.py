@@ -139,6 +139,18 @@ class EndpointPool:
                 except TimeoutError:
                     pass
 
+    def free_slots(self, url: str) -> int:
+        """The requests `url` can take now without anyone waiting for a slot: 0 when it is out, full, or has
+        waiters (the drain hedge takes only what nothing else would use)."""
+        endpoint = self._by_url.get(url)
+        if endpoint is None or endpoint.waiters or not self.in_service(endpoint, time.monotonic()):
+            return 0
+        return max(0, endpoint.window - endpoint.outstanding)
+
+    def take_free(self, url: str) -> Endpoint | None:
+        """A slot of `url` for a drain hedge if it has one free (`free_slots`), else None; released as any."""
+        return self._take(self._by_url[url]) if self.free_slots(url) > 0 else None
+
     def _load_of(self, url: str) -> int:
         return self._by_url[url].load
 

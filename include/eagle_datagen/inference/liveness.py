@@ -20,14 +20,24 @@ the probe, so it costs nothing); `probe_failures` failed probes in a row mean it
 every request there past its grace is flagged lost. A probe cannot find one request lost by a server that
 still works, which only the count can. The endpoint report records how each endpoint was watched
 (`watched_by`), what failed, and every detection (`summary`).
+
+The drain hedge: once the run has handed out its last request (`drain`), replicas fall idle one by one while
+the last requests run elsewhere, and the run waits for its slowest one. Then each poll, the oldest requests in
+flight for longer than `drain_hedge_factor` x the run's median answer time (at least `drain_hedge_min_s`) get a
+copy on a replica that holds none of the run's own requests any more and has free slots (same sample identity
+and seed, rid `-d`); the first answer wins and the other copy is aborted, as for a lost request, but the
+original's replica is not blamed: it still works, only slower. Each request is hedged at most once. A hedge
+costs an otherwise idle replica's time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import statistics
 import time
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +62,11 @@ class LivenessPolicy:
     probe_failures: int = 2  # failed /health_generate probes in a row that mean the scheduler has stopped
     # one /v1/loads poll or probe: SGLang's /health_generate gives up after 20 s without scheduler output
     request_timeout_s: float = 30.0
+    # The drain hedge (see above): a request in flight for longer than this many times the run's median
+    # answer time, and at least drain_hedge_min_s, gets a copy on an idle replica once the run is draining.
+    drain_hedge: bool = True
+    drain_hedge_factor: float = 2.0
+    drain_hedge_min_s: float = 30.0
 
 
 @dataclass(eq=False)
@@ -62,6 +77,10 @@ class Watched:
     rid: str
     started: float = field(default_factory=time.monotonic)
     lost: asyncio.Event = field(default_factory=asyncio.Event)  # set: flagged as lost
+    hedge: bool = False  # a hedged copy itself: never hedged again, and not the run's own work on its replica
+    drain: asyncio.Event = field(default_factory=asyncio.Event)  # set: a drain hedge to `drain_to` is asked for
+    drain_to: str | None = None
+    drain_asked: bool = False  # asked once: never again (a copy that found no slot may be asked once more)
 
 
 @dataclass
@@ -103,19 +122,81 @@ class LivenessMonitor:
         self.hedged: Counter[str] = Counter()  # hedged copies sent, per endpoint they went to
         self.hedges_won: Counter[str] = Counter()  # hedged copies that answered first, per endpoint
         self.aborted: Counter[str] = Counter()  # /abort_request sent for a cancelled copy, per endpoint
+        self.drain_hedged: Counter[str] = Counter()  # drain hedges sent, per endpoint they went to
+        self.drain_hedges_won: Counter[str] = Counter()  # drain hedges that answered first, per endpoint
+        self._answer_s: deque[float] = deque(maxlen=4096)  # the run's recent answer times (originals)
+        self._free_slots: Callable[[str], int] | None = None  # set by `drain`: the run hands out nothing more
         self._task: asyncio.Task[None] | None = None
         self._aborts: set[asyncio.Task[None]] = set()
 
     def _endpoint(self, url: str) -> _Endpoint:
         return self._endpoints.setdefault(url, _Endpoint(heard_at=time.monotonic()))
 
-    def watch(self, url: str, rid: str) -> Watched:
-        entry = Watched(url, rid)
+    def watch(self, url: str, rid: str, hedge: bool = False) -> Watched:
+        entry = Watched(url, rid, hedge=hedge)
         self._watched.setdefault(url, set()).add(entry)
         return entry
 
     def forget(self, entry: Watched) -> None:
         self._watched.get(entry.url, set()).discard(entry)
+
+    def answered(self, entry: Watched) -> None:
+        """The request answered (an original, in its own time): its duration sets the drain hedge's threshold."""
+        if not entry.hedge:
+            self._answer_s.append(time.monotonic() - entry.started)
+
+    def drain(self, free_slots: Callable[[str], int]) -> None:
+        """The run has handed out its last request: from now on, idle replicas take drain hedges.
+        `free_slots(url)`: the requests that endpoint can take now (0 when out of service or busy)."""
+        if self.policy.drain_hedge:
+            self._free_slots = free_slots
+
+    def drain_hedge_after_s(self) -> float:
+        median = statistics.median(self._answer_s) if self._answer_s else 0.0
+        return max(self.policy.drain_hedge_min_s, self.policy.drain_hedge_factor * median)
+
+    def ask_drain_hedges(self, now: float) -> list[Watched]:
+        """Once draining: the oldest requests past the threshold, each assigned a replica that holds none of the
+        run's own requests and has free slots (at most one copy per free slot); returns those asked now."""
+        if self._free_slots is None:
+            return []
+        idle = {
+            url: self._free_slots(url)
+            for url, entries in self._watched.items()
+            if not any(not e.hedge for e in entries)
+        }
+        idle = {url: free for url, free in idle.items() if free > 0}
+        if not idle:
+            return []
+        after = self.drain_hedge_after_s()
+        waiting = sorted(
+            (
+                e
+                for entries in self._watched.values()
+                for e in entries
+                if not e.hedge and not e.drain_asked and not e.lost.is_set() and now - e.started >= after
+            ),
+            key=lambda e: e.started,
+        )
+        asked = []
+        for entry in waiting:
+            target = max((u for u in idle if u != entry.url and idle[u] > 0), key=lambda u: idle[u], default=None)
+            if target is None:
+                break
+            idle[target] -= 1
+            entry.drain_asked, entry.drain_to = True, target
+            entry.drain.set()
+            asked.append(entry)
+        if asked:
+            log.info(
+                "draining: %d request(s) in flight for over %.0f s (the run's median answer x %g) get a copy on an "
+                "idle replica (oldest rid %s)",
+                len(asked),
+                after,
+                self.policy.drain_hedge_factor,
+                asked[0].rid,
+            )
+        return asked
 
     def heard_from(self, url: str) -> None:
         """An attempt there ended with something from the server: it is not stuck (what probes wait for)."""
@@ -160,6 +241,7 @@ class LivenessMonitor:
                     running = checks.get(url)
                     if (running is None or running.done()) and any(self._past_grace(e, now) for e in entries):
                         checks[url] = asyncio.create_task(self._check(url), name=f"liveness {url}")
+                self.ask_drain_hedges(now)
         finally:
             for task in checks.values():
                 task.cancel()
@@ -317,7 +399,9 @@ class LivenessMonitor:
         """Per endpoint: how it was watched (`watched_by`: "v1/loads" while its count was compared,
         "health_generate" while it was watched by probes instead; empty when it never had a request past its
         grace), what failed, and what was found."""
-        urls = sorted(set(self._endpoints) | set(self.detected) | set(self.hedged) | set(self.aborted))
+        urls = sorted(
+            set(self._endpoints) | set(self.detected) | set(self.hedged) | set(self.aborted) | set(self.drain_hedged)
+        )
         found = {}
         for url in urls:
             endpoint = self._endpoint(url)
@@ -325,6 +409,8 @@ class LivenessMonitor:
                 "lost_detected": self.detected[url],
                 "hedges_sent": self.hedged[url],
                 "hedges_won": self.hedges_won[url],
+                "drain_hedges_sent": self.drain_hedged[url],
+                "drain_hedges_won": self.drain_hedges_won[url],
                 "aborted": self.aborted[url],
                 "loads_failed": endpoint.counts["loads_failed"],
                 "probes": endpoint.counts["probes"],

@@ -37,14 +37,22 @@ async def run_samples(
     await run_jobs((job(r) for r in requests), concurrency)
 
 
-async def run_jobs(jobs: Iterable[Callable[[], Awaitable[Any]]], concurrency: int) -> None:
+async def run_jobs(
+    jobs: Iterable[Callable[[], Awaitable[Any]]], concurrency: int, on_drained: Callable[[], None] | None = None
+) -> None:
     """Run every job with at most `concurrency` at once. A job is one sample, or a whole conversation whose
-    steps run in order (one request in flight per job, so `concurrency` is still the requests in flight)."""
+    steps run in order (one request in flight per job, so `concurrency` is still the requests in flight).
+    `on_drained` is called once, when the first worker finds no job left (the run is draining)."""
     pending = iter(jobs)
+    drained = False
 
     async def worker() -> None:
+        nonlocal drained
         for job in pending:  # a shared iterator: next() never awaits, so workers cannot race on it
             await job()
+        if not drained and on_drained is not None:
+            drained = True
+            on_drained()
 
     try:
         async with asyncio.TaskGroup() as group:  # one failing worker (a checkpoint write) cancels the rest

@@ -41,3 +41,10 @@ def test_generation_benchmark_runs_its_smallest_case():
         "bench_generate.py", "--profiles", "fast", "--replicas", "1", "--fast-seconds", "2", "--repeats", "0"
     )
     assert any(line.startswith("| fast | 1 |") for line in out.splitlines()), out
+
+
+def test_resume_benchmark_runs_its_smallest_case():
+    """Both readers find every synthesized sample (the benchmark asserts it), on a local folder and on S3."""
+    out = run_bench("bench_resume.py", "--tokens", "200k", "--sample-tokens", "1000", "--repeats", "1")
+    assert any(line.startswith("| local | 200,000 | 200 | 1 |") for line in out.splitlines()), out
+    assert any(line.startswith("| s3 | 200,000 | 200 | 1 |") for line in out.splitlines()), out

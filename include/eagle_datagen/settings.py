@@ -13,6 +13,10 @@ one its declaration builds, or when a setting is missing from a front end withou
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +95,10 @@ class Setting:
     form: str | None = None  # the param of the Airflow trigger form
     airflow: str | None = None  # how Airflow sets it without a form param: "extra:<key>", "env:<VAR>", or a phrase
     config: str | None = None  # the field of generation.steps.RunConfig that carries it to the steps
+    # Where the value lands in the layers' options: a dotted path into generation.stage.RunOptions
+    # ("sampling.temperature"); several paths for a value two layers read. `RunConfig.options()` is built from these.
+    option: str | tuple[str, ...] | None = None
+    required: bool = False  # every run must have it: its RunConfig field has no default
     only: str = ""  # why a front end lacks it (required when one does)
     flag: Flag | None = None  # how cli/flags.py builds the flag `cli` (None: written by hand in cli/run.py)
     param: FormParam | None = None  # how form.py builds the param `form` (None: written by hand in form.py)
@@ -130,6 +138,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="category.sources",
         config="prompts",
+        option="prompts.prompts",
         only="Airflow runs read the sources of the DAG's recipe category",
     ),
     Setting(
@@ -148,6 +157,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="source.format",
         config="prompts_format",
+        option="prompts.prompts_format",
         only="Airflow: the recipe's per-source format",
     ),
     Setting(
@@ -167,6 +177,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="source.columns",
         config="prompts_columns",
+        option="prompts.prompts_columns",
         only="Airflow: the recipe's per-source columns",
     ),
     Setting(
@@ -184,6 +195,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="source.history",
         config="prompts_history",
+        option="prompts.prompts_history",
         only="Airflow: the recipe's per-source history",
     ),
     Setting(
@@ -198,6 +210,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="env:EAGLE_DATAGEN_RECIPE",
         config="recipe",
+        option="prompts.recipe",
         only="the recipe is the file itself",
     ),
     Setting(
@@ -243,6 +256,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         recipe="categories",
         airflow="one DAG per category",
         config="categories",
+        option="prompts.categories",
     ),
     Setting(
         "limit",
@@ -264,6 +278,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"minimum": 1},
         ),
         config="limit",
+        option="prompts.limit",
         only="the recipe caps with max_prompts",
     ),
     Setting(
@@ -279,6 +294,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="seed",
         config="seed",
+        option="prompts.seed",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -294,6 +310,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="max_reject_rate",
         config="max_reject_rate",
+        option="prompts.max_reject_rate",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -313,6 +330,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="decontamination.benchmarks",
         config="benchmarks",
+        option="prompts.benchmarks",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -328,6 +346,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="decontamination.ngram",
         config="benchmark_ngram",
+        option="prompts.benchmark_ngram",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -358,6 +377,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             nullable=True,
         ),
         config="near_duplicate_threshold",
+        option="prompts.near_duplicate_threshold",
     ),
     Setting(
         "near_duplicate_shingle_words",
@@ -385,6 +405,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         config="max_record_bytes",
+        option="prompts.max_record_bytes",
         only="a reader's safety limit, for the rare source with huge records",
     ),
     # --- model and tokenizer
@@ -401,6 +422,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:tokenizer",
         config="tokenizer",
+        option="prompts.tokenizer",
+        required=True,
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -415,6 +438,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:profile",
         config="profile",
+        option="prompts.profile",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -431,6 +455,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:trust_remote_code",
         config="trust_remote_code",
+        option="prompts.trust_remote_code",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -447,6 +472,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:tiktoken_fast_path",
         config="tiktoken_fast_path",
+        option="prompts.tiktoken_fast_path",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -464,6 +490,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="allow_special_token_text",
         config="allow_special_token_text",
+        option="prompts.allow_special_token_text",
         only="an opt-in for a reviewed prompt set: " + _RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -479,6 +506,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="defaults.max_prompt_tokens",
         config="max_prompt_tokens",
+        option="prompts.max_prompt_tokens",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     # --- SGLang
@@ -496,6 +524,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:urls",
         config="sglang_urls",
+        option="sglang_urls",
+        required=True,
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -510,6 +540,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:model",
         config="model",
+        option="model",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -522,6 +553,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             help="go on when /get_model_info reports another model than --model",
         ),
         config="allow_model_mismatch",
+        option="allow_model_mismatch",
         only="a hand override for a renamed model; a scheduled run never has it",
     ),
     Setting(
@@ -537,6 +569,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:concurrency",
         config="concurrency",
+        option="concurrency",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -556,6 +589,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:balance",
         config="balance",
+        option="balance",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -573,6 +607,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         config="max_attempts",
+        option="retry.max_attempts",
         only="Airflow keeps the default: its task retries resend what is left",
     ),
     Setting(
@@ -587,6 +622,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_float",
         ),
         config="request_timeout_s",
+        option="retry.request_timeout_s",
         only="a hand tuning for one deployment; Airflow keeps the default",
     ),
     Setting(
@@ -606,6 +642,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:lost_after",
         config="lost_after_s",
+        option="liveness.lost_after_s",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -623,6 +660,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_float",
         ),
         config="give_up_after_s",
+        option="breaker.give_up_after_s",
         only="Airflow keeps the default: a failed task is retried by Airflow",
     ),
     Setting(
@@ -637,6 +675,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="non_negative_float",
         ),
         config="wait_ready_s",
+        option="preflight_wait_s",
         only="Airflow keeps the default: the preflight task retries",
     ),
     Setting(
@@ -667,6 +706,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"pattern": r"^([1-9][0-9]*|([1-9][0-9]?(\.[0-9]+)?|100)%)$", "minimum": 1},
         ),
         config="min_endpoints",
+        option="min_endpoints",
     ),
     Setting(
         "canary",
@@ -678,6 +718,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             help="skip the canary generation of the preflight (health, model and version are still checked)",
         ),
         config="canary",
+        option="canary",
         only="an escape hatch by hand; a scheduled run always checks",
     ),
     # --- sampling
@@ -705,6 +746,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"minimum": 1},
         ),
         config="max_new_tokens",
+        option="sampling.max_new_tokens",
     ),
     Setting(
         "temperature",
@@ -727,6 +769,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"minimum": 0, "maximum": 2},
         ),
         config="temperature",
+        option="sampling.temperature",
     ),
     Setting(
         "top_p",
@@ -749,6 +792,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"exclusiveMinimum": 0, "maximum": 1},
         ),
         config="top_p",
+        option="sampling.top_p",
     ),
     Setting(
         "top_k",
@@ -763,6 +807,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="defaults.sampling.top_k",
         config="top_k",
+        option="sampling.top_k",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -793,6 +838,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"minimum": 1, "maximum": 64},
         ),
         config="samples_per_prompt",
+        option="sampling.samples_per_prompt",
     ),
     Setting(
         "turns",
@@ -820,6 +866,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             FORM_SAMPLING,
         ),
         config="turns",
+        option="sampling.turns",
     ),
     Setting(
         "max_tool_steps",
@@ -849,6 +896,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"pattern": OUTPUT_PATTERN},
         ),
         config="output",
+        option="prompts.output",
+        required=True,
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -863,6 +912,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="from the DAG run id (runs.run_id_for)",
         config="run_id",
+        option="run_id",
+        required=True,
         only="a name of one run",
     ),
     Setting(
@@ -886,6 +937,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             default=False,
         ),
         config="incremental",
+        option="incremental",
         only="one run's choice (the form's force_regenerate is its inverse)",
     ),
     Setting(
@@ -899,6 +951,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="always on: new weights make every sample new",
         config="per_weight_version",
+        option="per_weight_version",
         only="one run's choice",
     ),
     Setting(
@@ -919,6 +972,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="env:EAGLE_DATAGEN_CLAIM_TTL",
         config="claim_ttl_s",
+        option="claim_ttl_s",
         only="a fact of the deployment's pool waits",
     ),
     Setting(
@@ -941,6 +995,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"minimum": 1},
         ),
         config="shard_size",
+        option="shard_size",
         only="a unit of scheduling, not of the prompt set",
     ),
     Setting(
@@ -955,6 +1010,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         config="checkpoint_every",
+        option="checkpoint.max_samples",
         only="a tuning of the writer; Airflow keeps the default",
     ),
     Setting(
@@ -969,6 +1025,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_float",
         ),
         config="checkpoint_interval_s",
+        option="checkpoint.max_age_s",
         only="a tuning of the writer; Airflow keeps the default",
     ),
     Setting(
@@ -983,6 +1040,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         config="processes",
+        option="prompts.processes",
         only="a property of the machine; Airflow workers use the default",
     ),
     # --- validation and publishing
@@ -1010,6 +1068,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"minimum": 1},
         ),
         config="draft_vocab_size",
+        option="publish.draft_vocab_size",
         only="a training choice, not of the prompt set",
     ),
     Setting(
@@ -1024,6 +1083,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         config="max_reasoning_tokens",
+        option="publish.limits.max_reasoning_tokens",
         only="not yet in the recipe or the form",
     ),
     Setting(
@@ -1060,12 +1120,14 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"additionalProperties": False},
         ),
         config="max_rates",
+        option="max_rates",
     ),
     Setting(
         "draft_vocab_required",
         False,
         "a run whose few distinct tokens cannot fill the default vocabulary is published without one",
         config="draft_vocab_required",
+        option="publish.draft_vocab_required",
         only="derived: the command line sets it when --draft-vocab-size is given",
     ),
     Setting(
@@ -1073,6 +1135,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "cli",
         "the command line; Airflow's tasks say airflow",
         config="front_end",
+        option=("front_end", "publish.front_end"),
         only="set by the front end itself: messages name a setting as it calls it (settings.named)",
     ),
     # --- Airflow only
@@ -1083,6 +1146,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         form="dry_run",
         param=FormParam("boolean", "Dry run", "Preflight and plan only (writes the plan), generate nothing.", FORM_RUN),
         config="dry_run",
+        option="dry_run",
         only="Airflow-only: on the command line `tokenize` is the dry run",
     ),
     Setting(
@@ -1132,6 +1196,33 @@ RECIPE_STRUCTURE = frozenset(
         "near_duplicates",
         "category.sampling",
         "source.path",
+    }
+)
+
+# The layers' options that no front end sets (generation.stage.RunOptions' leaves, or whole nested options, that
+# no setting's `option` names): tunings kept in the layer that owns them. tests/dags/test_run_settings.py fails on
+# a RunOptions leaf that is neither a setting's `option` nor here, so a forgotten mapping cannot pass unnoticed.
+OPTION_TUNINGS = frozenset(
+    {
+        "retry.base_delay_s",  # the backoff's curve (inference/retry.py)
+        "retry.max_delay_s",
+        "breaker.failures_to_open",  # the breaker's curve (inference/endpoints.py)
+        "breaker.open_s",
+        "breaker.max_open_s",
+        "liveness.poll_s",  # the lost-request monitor's mechanics (inference/liveness.py)
+        "liveness.grace_s",
+        "liveness.enabled",
+        "liveness.failures_to_probe",
+        "liveness.probe_failures",
+        "liveness.request_timeout_s",
+        "content_breaker",  # the sick-endpoint statistics (inference/content_breaker.py)
+        "plan_lock",  # the planners' lock timing (generation/plan_lock.py)
+        "canary_max_new_tokens",
+        "publish.thresholds",  # resolved from max_rates and the recipe (generation.stage.resolve_thresholds)
+        "publish.limits.loop_ngram_max",  # the validator's loop and echo checks (validation/rules.py)
+        "publish.limits.loop_min_repeats",
+        "publish.limits.loop_window",
+        "publish.limits.echo_tail",
     }
 )
 
@@ -1292,6 +1383,73 @@ def from_connection(extra: dict[str, Any]) -> dict[str, Any]:
         if entry.airflow and entry.airflow.startswith("extra:") and entry.config and extra.get(key) is not None:
             values[entry.config] = extra[key]
     return values
+
+
+# --- the steps' carrier (generation.steps.RunConfig) and the layers' options, derived from the table
+
+
+def config_default(entry: Setting) -> Any:
+    """The RunConfig field's default: None where a lower layer may decide (a recipe key: the recipe's value, else
+    the declared default, is resolved when the recipe is read), a fresh copy for a list or a dict, else the
+    declared default. A `required` setting has none (dataclasses.MISSING)."""
+    if entry.required:
+        return dataclasses.MISSING
+    if isinstance(entry.default, list | dict):
+        return copy.copy(entry.default)
+    if entry.recipe:
+        return None
+    return entry.default
+
+
+def config_fields() -> list[tuple[str, Any, Any]]:
+    """RunConfig's fields, one per setting with `config`, for dataclasses.make_dataclass."""
+    fields = []
+    for entry in RUN_SETTINGS:
+        if entry.config:
+            default = config_default(entry)
+            if isinstance(default, list | dict):
+                made = dataclasses.field(default_factory=functools.partial(copy.copy, default))
+            else:
+                made = dataclasses.field() if default is dataclasses.MISSING else dataclasses.field(default=default)
+            fields.append((entry.config, Any, made))
+    return fields
+
+
+def option_paths(entry: Setting) -> tuple[str, ...]:
+    if entry.option is None:
+        return ()
+    return (entry.option,) if isinstance(entry.option, str) else entry.option
+
+
+def build_options(cls: type, config: Any) -> Any:
+    """`cls` (generation.stage.RunOptions) from a RunConfig: each setting's value put where its `option` says, the
+    nested options (TokenizeOptions, SamplingOverrides, RetryPolicy, ...) built the same way; every field that no
+    setting feeds keeps its default. Lists and dicts are copied, so the options share nothing with the config."""
+    values = {}
+    for entry in RUN_SETTINGS:
+        for path in option_paths(entry):
+            values[path] = copy.copy(getattr(config, entry.config))
+    return _build(cls, values, "")
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        path = prefix + f.name
+        if path in values:
+            kwargs[f.name] = values[path]
+        elif any(key.startswith(path + ".") for key in values):
+            kwargs[f.name] = _build(options_class(hints[f.name]), values, path + ".")
+    return cls(**kwargs)
+
+
+def options_class(hint: Any) -> type:
+    """The dataclass of a nested options field (its annotation, None left out of a union)."""
+    for candidate in (hint, *typing.get_args(hint)):
+        if dataclasses.is_dataclass(candidate):
+            return candidate
+    raise TypeError(f"{hint!r} is not an options dataclass")
 
 
 if __name__ == "__main__":

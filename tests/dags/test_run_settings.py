@@ -105,6 +105,87 @@ def test_every_run_config_field_is_a_declared_setting():
     assert fields == declared
 
 
+def option_leaves(cls: type, prefix: str = "") -> set[str]:
+    """The dotted paths of an options dataclass's leaves (nested options dataclasses walked into)."""
+    hints = typing.get_type_hints(cls)
+    paths = set()
+    for f in dataclasses.fields(cls):
+        try:
+            paths |= option_leaves(settings.options_class(hints[f.name]), f"{prefix}{f.name}.")
+        except TypeError:
+            paths.add(prefix + f.name)
+    return paths
+
+
+def test_every_setting_lands_in_the_layers_options_where_it_says():
+    """Each RunConfig field has an `option`, every declared path is a leaf of RunOptions, and every RunOptions
+    leaf is fed by a setting or is a declared tuning (settings.OPTION_TUNINGS): a setting added to a layer's
+    options without its declaration, or a declaration pointing nowhere, fails here."""
+    from eagle_datagen.generation.stage import RunOptions
+
+    leaves = option_leaves(RunOptions)
+    fed = {path for entry in RUN_SETTINGS for path in settings.option_paths(entry)}
+    for entry in RUN_SETTINGS:
+        assert bool(entry.config) == bool(entry.option), f"{entry.name}: a RunConfig field needs its `option`"
+    assert fed - leaves == set(), "declared option paths that RunOptions does not have"
+    tuned = {leaf for leaf in leaves if any(leaf == t or leaf.startswith(t + ".") for t in settings.OPTION_TUNINGS)}
+    assert leaves - fed - tuned == set(), "RunOptions leaves no setting feeds: declare their `option` or a tuning"
+    assert fed & tuned == set(), "a setting's option is also listed as a tuning"
+    stale = {t for t in settings.OPTION_TUNINGS if not any(leaf == t or leaf.startswith(t + ".") for leaf in leaves)}
+    assert stale == set(), "OPTION_TUNINGS lists options RunOptions no longer has"
+
+
+def test_each_setting_value_reaches_its_option():
+    """A distinct value per setting, through RunConfig.options(): each arrives at every path its `option` names
+    (a setting mapped to the wrong place, or dropped, fails)."""
+    from operator import attrgetter
+
+    values = {}
+    for i, entry in enumerate(s for s in RUN_SETTINGS if s.config):
+        default = entry.default
+        value = (
+            f"r{i}"
+            if entry.name == "run_id"
+            else [f"v{i}"]
+            if isinstance(default, list)
+            else {"prompt_echo": 0.5}
+            if entry.name == "max_rates"
+            else {"prompt": f"c{i}"}
+            if isinstance(default, dict)
+            else not default
+            if isinstance(default, bool)
+            else f"v{i}"
+            if isinstance(default, str)
+            else type(default or 0)(1000 + i)  # None: a number, the options' checks compare some
+        )
+        values[entry.config] = value
+    values["min_endpoints"] = 2
+    options = RunConfig(**values).options()
+    for entry in RUN_SETTINGS:
+        for path in settings.option_paths(entry):
+            assert attrgetter(path)(options) == values[entry.config], f"{entry.name} -> {path}"
+
+
+def test_run_config_defaults_and_required_fields_come_from_the_declarations():
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    for entry in RUN_SETTINGS:
+        if not entry.config:
+            continue
+        f = fields[entry.config]
+        assert f.kw_only
+        if entry.required:
+            assert f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, entry.name
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        assert default == settings.config_default(entry), entry.name
+        if entry.flag and entry.flag.required:
+            pytest.fail(f"{entry.name}: a required flag is a required setting")
+    a = RunConfig(output="o", tokenizer="t", sglang_urls=["u"], run_id="r")
+    b = RunConfig(output="o", tokenizer="t", sglang_urls=["u"], run_id="r")
+    a.prompts.append("x")  # a default list is each config's own
+    assert b.prompts == []
+
+
 @pytest.mark.parametrize("entry", RUN_SETTINGS, ids=[s.name for s in RUN_SETTINGS])
 def test_a_setting_missing_from_a_front_end_says_why(entry):
     missing = [
@@ -316,3 +397,26 @@ def test_a_new_setting_is_one_declaration(monkeypatch):
     assert (param.value, param.schema["type"], param.schema["minimum"]) == (3, "integer", 1)
     assert settings.from_flags({"min_widgets": 5})["min_widgets"] == 5
     assert settings.from_form({"min_widgets": 7}) == {"min_widgets": 7}
+
+
+def test_a_new_setting_reaches_its_layer_by_its_declaration(monkeypatch):
+    """The RunConfig field and the options come from the declaration: a setting with `option` lands in the layer's
+    options without a hand-written map (here a layer the test adds, as a new setting's use would)."""
+    from eagle_datagen.generation import stage
+
+    @dataclasses.dataclass(frozen=True)
+    class WidgetPolicy:
+        min_widgets: int = 0
+
+    @dataclasses.dataclass(frozen=True)
+    class Options(stage.RunOptions):
+        widgets: WidgetPolicy = dataclasses.field(default_factory=WidgetPolicy)
+
+    new = settings.Setting("min_widgets", 3, "a test's setting", config="min_widgets", option="widgets.min_widgets")
+    monkeypatch.setattr(settings, "RUN_SETTINGS", (*RUN_SETTINGS, new))
+    config_type = dataclasses.make_dataclass("Config", settings.config_fields(), kw_only=True)
+    config = config_type(output="o", tokenizer="t", sglang_urls=["u"], run_id="r")
+    assert config.min_widgets == 3
+    monkeypatch.setitem(globals(), "WidgetPolicy", WidgetPolicy)  # get_type_hints resolves it by name
+    built = settings.build_options(Options, dataclasses.replace(config, min_widgets=9))
+    assert built.widgets == WidgetPolicy(9) and built.prompts.output == "o"

@@ -123,11 +123,16 @@ class RunOptions:
     per_weight_version: bool = False  # with incremental: samples of other weight versions do not count
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S  # with incremental: how long a silent run in flight keeps its samples
     plan_lock: PlanLockPolicy = field(default_factory=PlanLockPolicy)
-    claim: bool = True  # False for a dry run: a plan that is never generated holds no samples
+    dry_run: bool = False  # plan only: the orchestrator generates nothing
     canary_max_new_tokens: int = 4096
     preflight_wait_s: float = settings.WAIT_READY_S
     front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
     min_endpoints: int | str | None = None  # endpoints that must pass preflight, a count or a share ("50%")
+
+    @property
+    def claim(self) -> bool:
+        """Whether the plan claims its samples: a dry run's plan is never generated, so it holds none."""
+        return not self.dry_run
 
 
 @dataclass

@@ -420,3 +420,34 @@ def test_a_new_setting_reaches_its_layer_by_its_declaration(monkeypatch):
     monkeypatch.setitem(globals(), "WidgetPolicy", WidgetPolicy)  # get_type_hints resolves it by name
     built = settings.build_options(Options, dataclasses.replace(config, min_widgets=9))
     assert built.widgets == WidgetPolicy(9) and built.prompts.output == "o"
+
+
+@pytest.mark.parametrize(
+    ("front_end", "says", "never"),
+    [("cli", "--min-endpoints", "the min_endpoints param"), ("airflow", "the min_endpoints param", "--min")],
+)
+def test_a_preflight_message_names_the_setting_as_the_running_front_end_does(front_end, says, never):
+    """The preflight the Airflow task runs names the form param and the connection's extra; the command line's
+    names the flags: the same code, told its front end by RunConfig.front_end."""
+    import asyncio
+    import socket
+
+    from eagle_datagen.errors import ConfigError
+    from eagle_datagen.inference.preflight import judge_endpoints
+    from eagle_datagen.profile import load_profile
+
+    with socket.socket() as closed:  # a port nothing listens on: the endpoint is left out at once
+        closed.bind(("127.0.0.1", 0))
+        urls = [f"http://127.0.0.1:{closed.getsockname()[1]}", f"http://127.0.0.1:{closed.getsockname()[1]}/"]
+    for given, flag, extra in ((urls, says, never), (urls[:1], "--sglang-url", "extra 'urls'")):
+        with pytest.raises(ConfigError) as failed:
+            asyncio.run(
+                judge_endpoints(given, load_profile("qwen3"), "m", None, wait_s=0, min_endpoints=1, front_end=front_end)
+            )
+        message = str(failed.value)
+        if len(given) == 2:
+            assert says in message and never not in message, message
+        elif front_end == "cli":
+            assert flag in message and extra not in message, message
+        else:
+            assert extra in message and flag not in message, message

@@ -188,7 +188,8 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
             allow_model_mismatch=options.allow_model_mismatch,
             wait_s=options.preflight_wait_s,
             by="run" if isinstance(config, RunContext) else "preflight",
-            agreement=agreement_check(setup.loaded.tokenizer),
+            agreement=agreement_check(setup.loaded.tokenizer, options.front_end),
+            front_end=options.front_end,
         )
     )
     return [dataclasses.asdict(s) for s in servers]

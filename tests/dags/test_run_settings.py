@@ -272,13 +272,19 @@ def test_the_form_defaults_are_the_declared_ones_where_the_recipe_has_no_say():
 
 
 def test_the_configuration_reference_is_generated_from_the_table():
+    """docs/configuration.md's synopsis of tokenize and run, and its settings table, are what the declarations
+    generate (cli/reference.py), so a new flag or a changed default shows up there or fails here."""
+    from eagle_datagen.cli.reference import SYNOPSIS_START, generated
+
     text = (REPO / "docs/configuration.md").read_text()
-    start, end = text.find(settings.REFERENCE_START), text.find(settings.REFERENCE_END)
-    assert start >= 0 and end > start, "docs/configuration.md lost its generated settings reference"
-    shown = text[start : end + len(settings.REFERENCE_END)]
-    assert shown == settings.reference_table(), (
-        "docs/configuration.md's settings reference is stale: paste `.venv/bin/python -m eagle_datagen.settings`"
+    assert settings.REFERENCE_START in text and SYNOPSIS_START in text, "docs/configuration.md lost a generated part"
+    assert text == generated(text), (
+        "docs/configuration.md's synopsis or settings reference is stale: run "
+        "`.venv/bin/python -m eagle_datagen.cli.reference docs/configuration.md`"
     )
+    for entry in RUN_SETTINGS:
+        if entry.cli:
+            assert entry.cli in text.split(SYNOPSIS_START)[1], f"the synopsis lacks {entry.cli}"
 
 
 @pytest.mark.parametrize("entry", RUN_SETTINGS, ids=[s.name for s in RUN_SETTINGS])

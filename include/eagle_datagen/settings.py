@@ -97,6 +97,51 @@ class FormParam:
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """A numeric setting's range, declared once and checked by every front end that takes it: the flag
+    (cli/flags.py wraps its type), the form param's JSON schema (form.py) and the recipe's field
+    (sources/recipe.py, `bounds_of`)."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False  # strictly above the minimum (top_p 0 would sample nothing)
+
+    def schema(self) -> dict[str, float]:
+        """The JSON-schema keywords (the trigger form's param)."""
+        keywords: dict[str, float] = {}
+        if self.minimum is not None:
+            keywords["exclusiveMinimum" if self.above else "minimum"] = self.minimum
+        if self.maximum is not None:
+            keywords["maximum"] = self.maximum
+        return keywords
+
+    def field(self) -> dict[str, float]:
+        """pydantic's Field keywords (the recipe's models)."""
+        keywords: dict[str, float] = {}
+        if self.minimum is not None:
+            keywords["gt" if self.above else "ge"] = self.minimum
+        if self.maximum is not None:
+            keywords["le"] = self.maximum
+        return keywords
+
+    def describe(self) -> str:
+        """The range as the configuration reference states it: `>= 1, <= 64`, `> 0`."""
+        parts = [] if self.minimum is None else [f"{'>' if self.above else '>='} {self.minimum:g}"]
+        return ", ".join(parts + ([] if self.maximum is None else [f"<= {self.maximum:g}"]))
+
+    def problem(self, value: float) -> str | None:
+        """Why `value` is out of range (None: it is in range)."""
+        low, high = self.minimum, self.maximum
+        if low is not None and (value <= low if self.above else value < low):
+            return f"must be {'above' if self.above else 'at least'} {low:g}" + (
+                f" and at most {high:g}" if high is not None else ""
+            )
+        if high is not None and value > high:
+            return f"must be at most {high:g}"
+        return None
+
+
+@dataclass(frozen=True)
 class Setting:
     name: str
     default: Any  # what a run uses when no front end sets it (None: decided elsewhere, `why` says where)
@@ -110,6 +155,7 @@ class Setting:
     # ("sampling.temperature"); several paths for a value two layers read. `RunConfig.options()` is built from these.
     option: str | tuple[str, ...] | None = None
     required: bool = False  # every run must have it: its RunConfig field has no default
+    bounds: Bounds | None = None  # a number's range, for every front end that takes it
     only: str = ""  # why a front end lacks it (required when one does)
     flag: Flag | None = None  # how cli/flags.py builds the flag `cli` (None: written by hand in cli/run.py)
     param: FormParam | None = None  # how form.py builds the param `form` (None: written by hand in form.py)
@@ -245,6 +291,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         recipe="category.max_prompts",
         only="a cap belongs to the prompt set; --limit and the form's limit "
         "narrow one run (a source's max_prompts is source.max_prompts)",
+        bounds=Bounds(1),
     ),
     Setting(
         "source_max_prompts",
@@ -252,6 +299,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "no cap per source",
         recipe="source.max_prompts",
         only="a cap of one source of a recipe category",
+        bounds=Bounds(1),
     ),
     Setting(
         "categories",
@@ -286,11 +334,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Prompt limit",
             "At most this many {category} prompts, chosen deterministically. Empty: every prompt.",
             FORM_SAMPLING,
-            schema={"minimum": 1},
         ),
         config="limit",
         option="prompts.limit",
         only="the recipe caps with max_prompts",
+        bounds=Bounds(1),
     ),
     Setting(
         "seed",
@@ -323,6 +371,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="max_reject_rate",
         option="prompts.max_reject_rate",
         only=_RECIPE_FOR_AIRFLOW,
+        bounds=Bounds(0, 1),
     ),
     Setting(
         "benchmarks",
@@ -359,6 +408,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="benchmark_ngram",
         option="prompts.benchmark_ngram",
         only=_RECIPE_FOR_AIRFLOW,
+        bounds=Bounds(4, 64),
     ),
     Setting(
         "near_duplicate_threshold",
@@ -384,11 +434,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
                 "category) is at least this. Empty: off. Default: the recipe's near_duplicates."
             ),
             FORM_SAMPLING,
-            schema={"exclusiveMinimum": 0, "maximum": 1},
             nullable=True,
         ),
         config="near_duplicate_threshold",
         option="prompts.near_duplicate_threshold",
+        bounds=Bounds(0, 1, above=True),
     ),
     Setting(
         "near_duplicate_shingle_words",
@@ -396,6 +446,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "3-word shingles: word order matters, rewording does not hide",
         recipe="near_duplicates.shingle_words",
         only="a tuning of the filter, kept with the prompt set",
+        bounds=Bounds(1, 16),
     ),
     Setting(
         "near_duplicate_num_perm",
@@ -403,6 +454,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "128 permutations: about 0.09 error on the similarity estimate",
         recipe="near_duplicates.num_perm",
         only="a tuning of the filter, kept with the prompt set",
+        bounds=Bounds(16, 1024),
     ),
     Setting(
         "max_record_bytes",
@@ -418,6 +470,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="max_record_bytes",
         option="prompts.max_record_bytes",
         only="a reader's safety limit, for the rare source with huge records",
+        bounds=Bounds(1),
     ),
     # --- model and tokenizer
     Setting(
@@ -519,6 +572,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="max_prompt_tokens",
         option="prompts.max_prompt_tokens",
         only=_RECIPE_FOR_AIRFLOW,
+        bounds=Bounds(1),
     ),
     # --- SGLang
     Setting(
@@ -582,6 +636,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="concurrency",
         option="concurrency",
         only=_DEPLOYMENT,
+        bounds=Bounds(1),
     ),
     Setting(
         "balance",
@@ -620,6 +675,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="max_attempts",
         option="retry.max_attempts",
         only="Airflow keeps the default: its task retries resend what is left",
+        bounds=Bounds(1),
     ),
     Setting(
         "request_timeout",
@@ -635,6 +691,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="request_timeout_s",
         option="retry.request_timeout_s",
         only="a hand tuning for one deployment; Airflow keeps the default",
+        bounds=Bounds(0, above=True),
     ),
     Setting(
         "lost_after",
@@ -655,6 +712,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="lost_after_s",
         option="liveness.lost_after_s",
         only=_DEPLOYMENT,
+        bounds=Bounds(0, above=True),
     ),
     Setting(
         "give_up_after",
@@ -673,6 +731,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="give_up_after_s",
         option="breaker.give_up_after_s",
         only="Airflow keeps the default: a failed task is retried by Airflow",
+        bounds=Bounds(0, above=True),
     ),
     Setting(
         "wait_ready",
@@ -688,6 +747,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="wait_ready_s",
         option="preflight_wait_s",
         only="Airflow keeps the default: the preflight task retries",
+        bounds=Bounds(0),
     ),
     Setting(
         "min_endpoints",
@@ -754,10 +814,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
                 "recipe's value. {unset}"
             ),
             FORM_SAMPLING,
-            schema={"minimum": 1},
         ),
         config="max_new_tokens",
         option="sampling.max_new_tokens",
+        bounds=Bounds(1),
     ),
     Setting(
         "temperature",
@@ -777,10 +837,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Temperature",
             "Sampling temperature (0-2). Default: the recipe's value. {unset}",
             FORM_SAMPLING,
-            schema={"minimum": 0, "maximum": 2},
         ),
         config="temperature",
         option="sampling.temperature",
+        bounds=Bounds(0, 2),
     ),
     Setting(
         "top_p",
@@ -800,10 +860,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Top p",
             "Nucleus sampling (above 0, at most 1). Default: the recipe's value. {unset}",
             FORM_SAMPLING,
-            schema={"exclusiveMinimum": 0, "maximum": 1},
         ),
         config="top_p",
         option="sampling.top_p",
+        bounds=Bounds(0, 1, above=True),
     ),
     Setting(
         "top_k",
@@ -827,6 +887,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "off, as Kimi-K2.5 is served",
         recipe="defaults.sampling.min_p",
         only="rarely changed: the recipe's, for every front end",
+        bounds=Bounds(0, 1),
     ),
     Setting(
         "samples_per_prompt",
@@ -846,10 +907,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Samples per prompt",
             "Generations per prompt, each with its own sampling seed (1-64).",
             FORM_SAMPLING,
-            schema={"minimum": 1, "maximum": 64},
         ),
         config="samples_per_prompt",
         option="sampling.samples_per_prompt",
+        bounds=Bounds(1, 64),
     ),
     Setting(
         "turns",
@@ -885,6 +946,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "8 tool calls in a row: longer loops are rare and mostly stuck",
         recipe="defaults.max_tool_steps",
         only="a property of the prompt set's agentic conversations",
+        bounds=Bounds(0, 256),
     ),
     # --- output, shards and resume
     Setting(
@@ -985,6 +1047,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="claim_ttl_s",
         option="claim_ttl_s",
         only="a fact of the deployment's pool waits",
+        bounds=Bounds(0, above=True),
     ),
     Setting(
         "shard_size",
@@ -1003,11 +1066,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Shard size",
             "Prompts per shard; each shard is one mapped task in the sglang pool.",
             FORM_RUN,
-            schema={"minimum": 1},
         ),
         config="shard_size",
         option="shard_size",
         only="a unit of scheduling, not of the prompt set",
+        bounds=Bounds(1),
     ),
     Setting(
         "checkpoint_every",
@@ -1023,6 +1086,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="checkpoint_every",
         option="checkpoint.max_samples",
         only="a tuning of the writer; Airflow keeps the default",
+        bounds=Bounds(1),
     ),
     Setting(
         "checkpoint_interval",
@@ -1038,6 +1102,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="checkpoint_interval_s",
         option="checkpoint.max_age_s",
         only="a tuning of the writer; Airflow keeps the default",
+        bounds=Bounds(0, above=True),
     ),
     Setting(
         "processes",
@@ -1053,6 +1118,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="processes",
         option="prompts.processes",
         only="a property of the machine; Airflow workers use the default",
+        bounds=Bounds(1),
     ),
     # --- validation and publishing
     Setting(
@@ -1076,11 +1142,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Draft vocabulary size",
             "K most frequent trained tokens in the run's draft vocabulary (EAGLE-3 d2t/t2d).",
             FORM_RUN,
-            schema={"minimum": 1},
         ),
         config="draft_vocab_size",
         option="publish.draft_vocab_size",
         only="a training choice, not of the prompt set",
+        bounds=Bounds(1),
     ),
     Setting(
         "max_reasoning_tokens",
@@ -1096,6 +1162,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="max_reasoning_tokens",
         option="publish.limits.max_reasoning_tokens",
         only="not yet in the recipe or the form",
+        bounds=Bounds(1),
     ),
     Setting(
         "max_rates",
@@ -1249,6 +1316,12 @@ def default_of(name: str) -> Any:
     return setting(name).default
 
 
+def bounds_of(name: str) -> dict[str, float]:
+    """The recipe's pydantic Field keywords for a setting's declared range (ge/gt, le)."""
+    entry = setting(name)
+    return entry.bounds.field() if entry.bounds else {}
+
+
 # --- the one precedence, for every front end
 # A setting's value is the first of these that sets it (None: not set). The command line's flags and the Airflow
 # form's params are the same layer: each front end has one of them. tests/generation/test_precedence.py holds
@@ -1314,8 +1387,8 @@ def reference_table() -> str:
     lines = [
         REFERENCE_START,
         "",
-        "| setting | default | flag (`run`) | recipe key | Airflow | why the default |",
-        "|---|---|---|---|---|---|",
+        "| setting | default | range | flag (`run`) | recipe key | Airflow | why the default |",
+        "|---|---|---|---|---|---|---|",
     ]
     for entry in RUN_SETTINGS:
         airflow = f"form `{entry.form}`" if entry.form else (entry.airflow or "")
@@ -1325,7 +1398,8 @@ def reference_table() -> str:
             airflow = f"`{airflow.removeprefix('env:')}`"
         default = "none" if entry.default is None else f"`{entry.default!r}`"
         lines.append(
-            f"| {entry.name} | {default} | {_cell(entry.cli)} | {_cell(entry.recipe)} | {airflow} | "
+            f"| {entry.name} | {default} | {entry.bounds.describe() if entry.bounds else ''} | {_cell(entry.cli)} | "
+            f"{_cell(entry.recipe)} | {airflow} | "
             f"{entry.why.replace('|', '/')} |"
         )
     lines += ["", "Precedence, for every front end: " + " > ".join(PRECEDENCE) + ".", "", REFERENCE_END]

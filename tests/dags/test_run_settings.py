@@ -457,3 +457,64 @@ def test_a_preflight_message_names_the_setting_as_the_running_front_end_does(fro
             assert flag in message and extra not in message, message
         else:
             assert extra in message and flag not in message, message
+
+
+def recipe_with(key: str, value: object) -> dict:
+    """A bare recipe (as YAML would give it) that sets the recipe key `key` (settings.py's dotted names)."""
+    raw: dict = {"categories": {"x": {"sources": [{"path": "x.jsonl"}]}}}
+    head, _, rest = key.partition(".")
+    if head == "category":
+        raw["categories"]["x"][rest] = value
+    elif head == "source":
+        raw["categories"]["x"]["sources"][0][rest] = value
+    else:
+        node = raw
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return raw
+
+
+BOUNDED = [s for s in RUN_SETTINGS if s.bounds]
+
+
+@pytest.mark.parametrize("entry", BOUNDED, ids=[s.name for s in BOUNDED])
+def test_a_settings_range_is_declared_once_and_every_front_end_checks_it(entry):
+    """Generated from the table, one test per bounded setting: the flag, the form param's schema and the recipe
+    key accept the declared range's ends and refuse what lies just outside it."""
+    from pydantic import ValidationError
+
+    from eagle_datagen_airflow.form import category_params
+
+    bounds = entry.bounds
+    inside, outside = [], []
+    if bounds.minimum is not None:
+        (outside if bounds.above else inside).append(bounds.minimum)
+        outside.append(bounds.minimum - 1)
+        if bounds.above:
+            inside.append(bounds.minimum + (bounds.maximum - bounds.minimum if bounds.maximum else 1) / 2)
+    if bounds.maximum is not None:
+        inside.append(bounds.maximum)
+        outside.append(bounds.maximum + 1)
+    integer = isinstance(entry.default, int) or (entry.flag and entry.flag.type in ("positive_int", "int"))
+    shown = [int(v) if integer and float(v).is_integer() else v for v in inside + outside]
+    inside, outside = shown[: len(inside)], shown[len(inside) :]
+    if entry.cli:
+        base = ["run", "--sglang-url", "u", "--output", "o", "--tokenizer", "t"]
+        for value in inside:
+            args = build_parser().parse_args([*base, f"{entry.cli}={value}"])
+            assert getattr(args, settings.flag_dest(entry)) == value, (entry.cli, value)
+        for value in outside:
+            with pytest.raises(SystemExit):
+                build_parser().parse_args([*base, f"{entry.cli}={value}"])
+    if entry.form:
+        bare = Recipe(categories={"x": {"sources": ["x.jsonl"]}})
+        schema = category_params(bare, "x", "s3://eagle/datagen", 32000)[entry.form].schema
+        assert {k: schema.get(k) for k in bounds.schema()} == bounds.schema()
+    if entry.recipe:
+        for value in inside:
+            Recipe.model_validate(recipe_with(entry.recipe, value))
+        for value in outside:
+            with pytest.raises(ValidationError):
+                Recipe.model_validate(recipe_with(entry.recipe, value))

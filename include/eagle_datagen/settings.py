@@ -1357,9 +1357,16 @@ def named(name: str, front_end: str) -> str:
         return f"the SGLang connection's extra {entry.airflow.removeprefix('extra:')!r}"
     if front_end == "airflow" and (entry.airflow or "").startswith("env:"):
         return entry.airflow.removeprefix("env:")
-    if front_end == "recipe" and entry.recipe:
+    if front_end in ("recipe", "airflow") and entry.recipe:  # an Airflow run takes the rest from the recipe
         return f"the recipe's {entry.recipe}"
     return name
+
+
+def resume_hint(front_end: str, run_id: str | None = None) -> str:
+    """How the user of this front end resumes a stopped run from its checkpoints."""
+    if front_end == "airflow":
+        return "clear the DAG run's failed tasks to resume it"
+    return f"rerun with --run-id {run_id}" if run_id else "rerun with the same --run-id"
 
 
 def offered(name: str, front_end: str) -> bool:

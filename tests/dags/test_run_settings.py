@@ -295,8 +295,9 @@ def test_messages_name_a_setting_as_each_front_end_calls_it(entry):
         assert airflow == f"the {entry.form} param"
     elif (entry.airflow or "").startswith("extra:"):
         assert repr(entry.airflow.removeprefix("extra:")) in airflow
-    if entry.cli and entry.form and entry.cli.removeprefix("--") != entry.form:
-        assert entry.cli not in airflow  # an Airflow user has no such flag
+    elif entry.recipe and not entry.airflow:  # an Airflow run takes it from the DAG's recipe
+        assert airflow == f"the recipe's {entry.recipe}"
+    assert "--" not in airflow  # an Airflow user has no flags
 
 
 def test_every_flag_reaches_its_run_config_field():
@@ -518,3 +519,19 @@ def test_a_settings_range_is_declared_once_and_every_front_end_checks_it(entry):
         for value in outside:
             with pytest.raises(ValidationError):
                 Recipe.model_validate(recipe_with(entry.recipe, value))
+
+
+def test_a_diagnosis_names_the_fix_as_the_running_front_end_does():
+    """The run-level diagnosis (the answer screen during generate, finalize's check) is the same code for both
+    front ends; its fix says the flag on the command line and the form param or connection extra in Airflow."""
+    from eagle_datagen.validation.diagnosis import diagnose
+
+    for reason, cli, airflow in (
+        ("finish_length", "raise --max-new-tokens", "raise the max_new_tokens param"),
+        ("finish_abort", "lower --concurrency, and rerun with the same --run-id", "clear the DAG run's failed"),
+        ("prompt_suffix", "check --tokenizer and --profile", "check the SGLang connection's extra 'tokenizer'"),
+        ("request_error", "fix --max-prompt-tokens", "fix the recipe's defaults.max_prompt_tokens"),
+    ):
+        [on_cli] = diagnose({reason: 100}, 100, front_end="cli")
+        [in_airflow] = diagnose({reason: 100}, 100, front_end="airflow")
+        assert cli in on_cli and "--" not in in_airflow and airflow in in_airflow, (on_cli, in_airflow)

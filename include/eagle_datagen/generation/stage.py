@@ -347,6 +347,7 @@ async def generate_pending(
         options.content_breaker,
         journal,
         by=by,
+        front_end=options.front_end,
     )
     if options.balance not in BALANCE_POLICIES:
         raise ConfigError(f"unknown balance policy {options.balance!r}; known: {list(BALANCE_POLICIES)}")

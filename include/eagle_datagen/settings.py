@@ -1213,7 +1213,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "cli",
         "the command line; Airflow's tasks say airflow",
         config="front_end",
-        option=("front_end", "publish.front_end"),
+        option=("front_end", "prompts.front_end", "publish.front_end"),
         only="set by the front end itself: messages name a setting as it calls it (settings.named)",
     ),
     # --- Airflow only

@@ -535,3 +535,18 @@ def test_a_diagnosis_names_the_fix_as_the_running_front_end_does():
         [on_cli] = diagnose({reason: 100}, 100, front_end="cli")
         [in_airflow] = diagnose({reason: 100}, 100, front_end="airflow")
         assert cli in on_cli and "--" not in in_airflow and airflow in in_airflow, (on_cli, in_airflow)
+
+
+def test_the_reject_rate_and_remote_code_refusals_name_the_setting_as_the_running_front_end_does():
+    from types import SimpleNamespace
+
+    from eagle_datagen.sources.collect import RejectRateExceeded, check_reject_rate
+    from eagle_datagen.tokenization.remote_code import refuse_without_flag
+
+    collected = SimpleNamespace(reject_rate=0.5, invalid=5, records_read=10)
+    for front_end, says in (("cli", "raise --max-reject-rate"), ("airflow", "raise the recipe's max_reject_rate")):
+        with pytest.raises(RejectRateExceeded, match=says):
+            check_reject_rate(collected, 0.05, "rejects.jsonl", front_end)
+    assert "pass --trust-remote-code" in str(refuse_without_flag("t", "m.C", "cli"))
+    airflow = str(refuse_without_flag("t", "m.C", "airflow"))
+    assert "the SGLang connection's extra 'trust_remote_code' to true" in airflow and "--" not in airflow

@@ -253,7 +253,10 @@ def generate_step(
     if ctx._setup is not None:
         tokenizer = ctx._setup.loaded.tokenizer
     elif any(is_conversation_shard(plan, shard) for shard in shards):  # steps rendered with the run's tokenizer
-        tokenizer = load_tokenizer(options.prompts.tokenizer, profile, options.prompts.trust_remote_code).tokenizer
+        prompts = options.prompts
+        tokenizer = load_tokenizer(
+            prompts.tokenizer, profile, prompts.trust_remote_code, front_end=prompts.front_end
+        ).tokenizer
     tally = StoredTally()
     resumed, to_do, client = asyncio.run(
         generate_pending(

@@ -1362,6 +1362,11 @@ def named(name: str, front_end: str) -> str:
     return name
 
 
+def new_run_hint(front_end: str) -> str:
+    """How the user of this front end starts a run of its own (another run id) instead of continuing one."""
+    return "trigger a new DAG run" if front_end == "airflow" else "start a new --run-id"
+
+
 def resume_hint(front_end: str, run_id: str | None = None) -> str:
     """How the user of this front end resumes a stopped run from its checkpoints."""
     if front_end == "airflow":

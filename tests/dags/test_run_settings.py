@@ -550,3 +550,21 @@ def test_the_reject_rate_and_remote_code_refusals_name_the_setting_as_the_runnin
     assert "pass --trust-remote-code" in str(refuse_without_flag("t", "m.C", "cli"))
     airflow = str(refuse_without_flag("t", "m.C", "airflow"))
     assert "the SGLang connection's extra 'trust_remote_code' to true" in airflow and "--" not in airflow
+
+
+def test_a_changed_rerun_is_told_how_to_start_anew_in_the_running_front_ends_words():
+    """A DAG run retried with other params, or a CLI rerun with other flags, meets the same refusal; the way out
+    is a new --run-id on the command line and a new DAG run in Airflow (whose run id is the DAG run's)."""
+    from eagle_datagen.errors import ConfigError
+    from eagle_datagen.generation.plan import RunPlan, check_plan_matches
+    from eagle_datagen.tokenization.provenance import check_same_tokenizer
+
+    planned, wanted = RunPlan("r", "m1", "qwen3", {}, [], {}), RunPlan("r", "m2", "qwen3", {}, [], {})
+    for front_end, says in (
+        ("cli", "the same flags, or start a new --run-id"),
+        ("airflow", "the same params, or trigger a new DAG run"),
+    ):
+        with pytest.raises(ConfigError, match=says):
+            check_plan_matches(planned, wanted, front_end)
+        with pytest.raises(ConfigError, match=says.split(", or ")[1]):
+            check_same_tokenizer("r", {"chat_template_sha256": "a"}, {"chat_template_sha256": "b"}, "run", front_end)

@@ -453,7 +453,7 @@ def prepare_plan(
     if existing is UNREAD:
         existing = load_plan(root, run_id)
     if existing is not None:
-        check_same_tokenizer(run_id, existing.provenance, provenance, "run")
+        check_same_tokenizer(run_id, existing.provenance, provenance, "run", options.front_end)
         log.info("run %s: continuing the existing plan (%d shards)", run_id, len(existing.shards))
         return existing
     model = options.model or setup.profile.model
@@ -465,7 +465,7 @@ def prepare_plan(
     catalog = read_catalog(root, model, weight_version, options.per_weight_version) if options.incremental else None
     if catalog is not None:  # one tokenizer per output root (samples are known by prompt): refused before tokenizing
         for published, made_with in sorted(catalog.provenance.items()):
-            check_same_tokenizer(published, made_with, provenance, "published run")
+            check_same_tokenizer(published, made_with, provenance, "published run", options.front_end)
     skip = skip_published(catalog, model, setup.loaded.provenance(), settings_for) if catalog else None
 
     def choose(planned: list[PlannedKey], settings: dict[str, CategorySettings]) -> list[PlannedKey]:

@@ -214,7 +214,8 @@ def plan_step(config: RunConfig | dict[str, Any] | RunContext, servers: list[dic
     if existing is not None:
         sampling = category_settings(list(plan.categories), setup.recipe, setup.profile.sampling, ctx.options.sampling)
         model = ctx.options.model or setup.profile.model
-        check_plan_matches(plan, RunPlan(plan.run_id, model, plan.profile, sampling, plan.shards, plan.provenance))
+        wanted = RunPlan(plan.run_id, model, plan.profile, sampling, plan.shards, plan.provenance)
+        check_plan_matches(plan, wanted, ctx.options.front_end)
     ctx._plan = plan
     return {
         "run_id": plan.run_id,

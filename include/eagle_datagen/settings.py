@@ -1,18 +1,33 @@
 """The settings of a run, declared once: their defaults (and why), and where each front end takes them.
 
 A run is configured from three front ends: the `eagle-datagen run` flags, the recipe (sources/recipe.py) and, in
-Airflow, the trigger form, the SGLang connection and the DAG itself, which reach the steps as a
-`generation.steps.RunConfig`. Every setting is a `Setting` below. The flags are built from its `Flag`
-(cli/flags.py), the form's params from its `FormParam` (plugins/eagle_datagen_airflow/form.py), the front ends'
-values become `RunConfig` fields by the maps below (`from_flags`, `from_form`, `from_connection`), the recipe
-schema takes its defaults from here (`default_of`), and docs/configuration.md's table is `reference_table()`.
-tests/dags/test_run_settings.py fails when a flag, a recipe key, a form param, a connection key or a `RunConfig`
-field exists that this table does not declare, when a declared one is missing, when a flag or param is not the
-one its declaration builds, or when a setting is missing from a front end without `only` saying why.
+Airflow, the trigger form, the SGLang connection and the DAG itself. Every setting is a `Setting` below, and
+everything else is derived from it:
+
+- the flags, from its `Flag` (cli/flags.py); the form's params, from its `FormParam`
+  (plugins/eagle_datagen_airflow/form.py); the recipe schema's defaults (`default_of`);
+- the front ends' values as settings (`from_flags`, `from_form`, `from_connection`);
+- `generation.steps.RunConfig`, the plain-JSON carrier the steps take: one field per setting with `config`,
+  its default from here (`config_fields`);
+- the layers' options: `RunConfig.options()` puts each value where the setting's `option` says, a dotted path
+  into generation.stage.RunOptions (`build_options`);
+- messages, which name a setting as the running front end calls it (`named`);
+- docs/configuration.md's settings table (`reference_table`) and synopsis (cli/reference.py writes both).
+
+Adding a setting is one declaration here plus its use in the layer whose options it feeds (a field of that
+layer's options, named by `option`); no front end, carrier or map is written again. A layer's option that no
+front end should set is listed in `OPTION_TUNINGS` instead. tests/dags/test_run_settings.py fails when a flag, a
+recipe key, a form param, a connection key, a `RunConfig` field or a RunOptions leaf exists that this table
+does not declare, when a declared one is missing or lands elsewhere, when a flag or param is not the one its
+declaration builds, or when a setting is missing from a front end without `only` saying why.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +97,51 @@ class FormParam:
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """A numeric setting's range, declared once and checked by every front end that takes it: the flag
+    (cli/flags.py wraps its type), the form param's JSON schema (form.py) and the recipe's field
+    (sources/recipe.py, `bounds_of`)."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False  # strictly above the minimum (top_p 0 would sample nothing)
+
+    def schema(self) -> dict[str, float]:
+        """The JSON-schema keywords (the trigger form's param)."""
+        keywords: dict[str, float] = {}
+        if self.minimum is not None:
+            keywords["exclusiveMinimum" if self.above else "minimum"] = self.minimum
+        if self.maximum is not None:
+            keywords["maximum"] = self.maximum
+        return keywords
+
+    def field(self) -> dict[str, float]:
+        """pydantic's Field keywords (the recipe's models)."""
+        keywords: dict[str, float] = {}
+        if self.minimum is not None:
+            keywords["gt" if self.above else "ge"] = self.minimum
+        if self.maximum is not None:
+            keywords["le"] = self.maximum
+        return keywords
+
+    def describe(self) -> str:
+        """The range as the configuration reference states it: `>= 1, <= 64`, `> 0`."""
+        parts = [] if self.minimum is None else [f"{'>' if self.above else '>='} {self.minimum:g}"]
+        return ", ".join(parts + ([] if self.maximum is None else [f"<= {self.maximum:g}"]))
+
+    def problem(self, value: float) -> str | None:
+        """Why `value` is out of range (None: it is in range)."""
+        low, high = self.minimum, self.maximum
+        if low is not None and (value <= low if self.above else value < low):
+            return f"must be {'above' if self.above else 'at least'} {low:g}" + (
+                f" and at most {high:g}" if high is not None else ""
+            )
+        if high is not None and value > high:
+            return f"must be at most {high:g}"
+        return None
+
+
+@dataclass(frozen=True)
 class Setting:
     name: str
     default: Any  # what a run uses when no front end sets it (None: decided elsewhere, `why` says where)
@@ -91,6 +151,11 @@ class Setting:
     form: str | None = None  # the param of the Airflow trigger form
     airflow: str | None = None  # how Airflow sets it without a form param: "extra:<key>", "env:<VAR>", or a phrase
     config: str | None = None  # the field of generation.steps.RunConfig that carries it to the steps
+    # Where the value lands in the layers' options: a dotted path into generation.stage.RunOptions
+    # ("sampling.temperature"); several paths for a value two layers read. `RunConfig.options()` is built from these.
+    option: str | tuple[str, ...] | None = None
+    required: bool = False  # every run must have it: its RunConfig field has no default
+    bounds: Bounds | None = None  # a number's range, for every front end that takes it
     only: str = ""  # why a front end lacks it (required when one does)
     flag: Flag | None = None  # how cli/flags.py builds the flag `cli` (None: written by hand in cli/run.py)
     param: FormParam | None = None  # how form.py builds the param `form` (None: written by hand in form.py)
@@ -130,6 +195,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="category.sources",
         config="prompts",
+        option="prompts.prompts",
         only="Airflow runs read the sources of the DAG's recipe category",
     ),
     Setting(
@@ -148,6 +214,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="source.format",
         config="prompts_format",
+        option="prompts.prompts_format",
         only="Airflow: the recipe's per-source format",
     ),
     Setting(
@@ -167,6 +234,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="source.columns",
         config="prompts_columns",
+        option="prompts.prompts_columns",
         only="Airflow: the recipe's per-source columns",
     ),
     Setting(
@@ -184,6 +252,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="source.history",
         config="prompts_history",
+        option="prompts.prompts_history",
         only="Airflow: the recipe's per-source history",
     ),
     Setting(
@@ -198,6 +267,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="env:EAGLE_DATAGEN_RECIPE",
         config="recipe",
+        option="prompts.recipe",
         only="the recipe is the file itself",
     ),
     Setting(
@@ -221,6 +291,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         recipe="category.max_prompts",
         only="a cap belongs to the prompt set; --limit and the form's limit "
         "narrow one run (a source's max_prompts is source.max_prompts)",
+        bounds=Bounds(1),
     ),
     Setting(
         "source_max_prompts",
@@ -228,6 +299,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "no cap per source",
         recipe="source.max_prompts",
         only="a cap of one source of a recipe category",
+        bounds=Bounds(1),
     ),
     Setting(
         "categories",
@@ -243,6 +315,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         recipe="categories",
         airflow="one DAG per category",
         config="categories",
+        option="prompts.categories",
     ),
     Setting(
         "limit",
@@ -261,10 +334,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Prompt limit",
             "At most this many {category} prompts, chosen deterministically. Empty: every prompt.",
             FORM_SAMPLING,
-            schema={"minimum": 1},
         ),
         config="limit",
+        option="prompts.limit",
         only="the recipe caps with max_prompts",
+        bounds=Bounds(1),
     ),
     Setting(
         "seed",
@@ -279,6 +353,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="seed",
         config="seed",
+        option="prompts.seed",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -294,7 +369,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="max_reject_rate",
         config="max_reject_rate",
+        option="prompts.max_reject_rate",
         only=_RECIPE_FOR_AIRFLOW,
+        bounds=Bounds(0, 1),
     ),
     Setting(
         "benchmarks",
@@ -313,6 +390,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="decontamination.benchmarks",
         config="benchmarks",
+        option="prompts.benchmarks",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -328,7 +406,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="decontamination.ngram",
         config="benchmark_ngram",
+        option="prompts.benchmark_ngram",
         only=_RECIPE_FOR_AIRFLOW,
+        bounds=Bounds(4, 64),
     ),
     Setting(
         "near_duplicate_threshold",
@@ -354,10 +434,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
                 "category) is at least this. Empty: off. Default: the recipe's near_duplicates."
             ),
             FORM_SAMPLING,
-            schema={"exclusiveMinimum": 0, "maximum": 1},
             nullable=True,
         ),
         config="near_duplicate_threshold",
+        option="prompts.near_duplicate_threshold",
+        bounds=Bounds(0, 1, above=True),
     ),
     Setting(
         "near_duplicate_shingle_words",
@@ -365,6 +446,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "3-word shingles: word order matters, rewording does not hide",
         recipe="near_duplicates.shingle_words",
         only="a tuning of the filter, kept with the prompt set",
+        bounds=Bounds(1, 16),
     ),
     Setting(
         "near_duplicate_num_perm",
@@ -372,6 +454,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "128 permutations: about 0.09 error on the similarity estimate",
         recipe="near_duplicates.num_perm",
         only="a tuning of the filter, kept with the prompt set",
+        bounds=Bounds(16, 1024),
     ),
     Setting(
         "max_record_bytes",
@@ -385,7 +468,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         config="max_record_bytes",
+        option="prompts.max_record_bytes",
         only="a reader's safety limit, for the rare source with huge records",
+        bounds=Bounds(1),
     ),
     # --- model and tokenizer
     Setting(
@@ -401,6 +486,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:tokenizer",
         config="tokenizer",
+        option="prompts.tokenizer",
+        required=True,
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -415,6 +502,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:profile",
         config="profile",
+        option="prompts.profile",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -431,6 +519,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:trust_remote_code",
         config="trust_remote_code",
+        option="prompts.trust_remote_code",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -447,6 +536,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:tiktoken_fast_path",
         config="tiktoken_fast_path",
+        option="prompts.tiktoken_fast_path",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -464,6 +554,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="allow_special_token_text",
         config="allow_special_token_text",
+        option="prompts.allow_special_token_text",
         only="an opt-in for a reviewed prompt set: " + _RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -479,7 +570,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="defaults.max_prompt_tokens",
         config="max_prompt_tokens",
+        option="prompts.max_prompt_tokens",
         only=_RECIPE_FOR_AIRFLOW,
+        bounds=Bounds(1),
     ),
     # --- SGLang
     Setting(
@@ -496,6 +589,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:urls",
         config="sglang_urls",
+        option="sglang_urls",
+        required=True,
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -510,6 +605,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:model",
         config="model",
+        option="model",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -522,6 +618,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             help="go on when /get_model_info reports another model than --model",
         ),
         config="allow_model_mismatch",
+        option="allow_model_mismatch",
         only="a hand override for a renamed model; a scheduled run never has it",
     ),
     Setting(
@@ -537,7 +634,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:concurrency",
         config="concurrency",
+        option="concurrency",
         only=_DEPLOYMENT,
+        bounds=Bounds(1),
     ),
     Setting(
         "balance",
@@ -556,6 +655,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:balance",
         config="balance",
+        option="balance",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -573,7 +673,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         config="max_attempts",
+        option="retry.max_attempts",
         only="Airflow keeps the default: its task retries resend what is left",
+        bounds=Bounds(1),
     ),
     Setting(
         "request_timeout",
@@ -587,7 +689,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_float",
         ),
         config="request_timeout_s",
+        option="retry.request_timeout_s",
         only="a hand tuning for one deployment; Airflow keeps the default",
+        bounds=Bounds(0, above=True),
     ),
     Setting(
         "lost_after",
@@ -606,7 +710,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="extra:lost_after",
         config="lost_after_s",
+        option="liveness.lost_after_s",
         only=_DEPLOYMENT,
+        bounds=Bounds(0, above=True),
     ),
     Setting(
         "give_up_after",
@@ -623,7 +729,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_float",
         ),
         config="give_up_after_s",
+        option="breaker.give_up_after_s",
         only="Airflow keeps the default: a failed task is retried by Airflow",
+        bounds=Bounds(0, above=True),
     ),
     Setting(
         "wait_ready",
@@ -637,7 +745,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="non_negative_float",
         ),
         config="wait_ready_s",
+        option="preflight_wait_s",
         only="Airflow keeps the default: the preflight task retries",
+        bounds=Bounds(0),
     ),
     Setting(
         "min_endpoints",
@@ -667,6 +777,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"pattern": r"^([1-9][0-9]*|([1-9][0-9]?(\.[0-9]+)?|100)%)$", "minimum": 1},
         ),
         config="min_endpoints",
+        option="min_endpoints",
     ),
     Setting(
         "canary",
@@ -678,6 +789,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             help="skip the canary generation of the preflight (health, model and version are still checked)",
         ),
         config="canary",
+        option="canary",
         only="an escape hatch by hand; a scheduled run always checks",
     ),
     # --- sampling
@@ -702,9 +814,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
                 "recipe's value. {unset}"
             ),
             FORM_SAMPLING,
-            schema={"minimum": 1},
         ),
         config="max_new_tokens",
+        option="sampling.max_new_tokens",
+        bounds=Bounds(1),
     ),
     Setting(
         "temperature",
@@ -724,9 +837,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Temperature",
             "Sampling temperature (0-2). Default: the recipe's value. {unset}",
             FORM_SAMPLING,
-            schema={"minimum": 0, "maximum": 2},
         ),
         config="temperature",
+        option="sampling.temperature",
+        bounds=Bounds(0, 2),
     ),
     Setting(
         "top_p",
@@ -746,9 +860,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Top p",
             "Nucleus sampling (above 0, at most 1). Default: the recipe's value. {unset}",
             FORM_SAMPLING,
-            schema={"exclusiveMinimum": 0, "maximum": 1},
         ),
         config="top_p",
+        option="sampling.top_p",
+        bounds=Bounds(0, 1, above=True),
     ),
     Setting(
         "top_k",
@@ -763,6 +878,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         recipe="defaults.sampling.top_k",
         config="top_k",
+        option="sampling.top_k",
         only=_RECIPE_FOR_AIRFLOW,
     ),
     Setting(
@@ -771,6 +887,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "off, as Kimi-K2.5 is served",
         recipe="defaults.sampling.min_p",
         only="rarely changed: the recipe's, for every front end",
+        bounds=Bounds(0, 1),
     ),
     Setting(
         "samples_per_prompt",
@@ -790,9 +907,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Samples per prompt",
             "Generations per prompt, each with its own sampling seed (1-64).",
             FORM_SAMPLING,
-            schema={"minimum": 1, "maximum": 64},
         ),
         config="samples_per_prompt",
+        option="sampling.samples_per_prompt",
+        bounds=Bounds(1, 64),
     ),
     Setting(
         "turns",
@@ -820,6 +938,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             FORM_SAMPLING,
         ),
         config="turns",
+        option="sampling.turns",
     ),
     Setting(
         "max_tool_steps",
@@ -827,6 +946,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "8 tool calls in a row: longer loops are rare and mostly stuck",
         recipe="defaults.max_tool_steps",
         only="a property of the prompt set's agentic conversations",
+        bounds=Bounds(0, 256),
     ),
     # --- output, shards and resume
     Setting(
@@ -849,6 +969,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"pattern": OUTPUT_PATTERN},
         ),
         config="output",
+        option="prompts.output",
+        required=True,
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -863,6 +985,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="from the DAG run id (runs.run_id_for)",
         config="run_id",
+        option="run_id",
+        required=True,
         only="a name of one run",
     ),
     Setting(
@@ -886,6 +1010,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             default=False,
         ),
         config="incremental",
+        option="incremental",
         only="one run's choice (the form's force_regenerate is its inverse)",
     ),
     Setting(
@@ -899,6 +1024,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="always on: new weights make every sample new",
         config="per_weight_version",
+        option="per_weight_version",
         only="one run's choice",
     ),
     Setting(
@@ -919,7 +1045,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         airflow="env:EAGLE_DATAGEN_CLAIM_TTL",
         config="claim_ttl_s",
+        option="claim_ttl_s",
         only="a fact of the deployment's pool waits",
+        bounds=Bounds(0, above=True),
     ),
     Setting(
         "shard_size",
@@ -938,10 +1066,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Shard size",
             "Prompts per shard; each shard is one mapped task in the sglang pool.",
             FORM_RUN,
-            schema={"minimum": 1},
         ),
         config="shard_size",
+        option="shard_size",
         only="a unit of scheduling, not of the prompt set",
+        bounds=Bounds(1),
     ),
     Setting(
         "checkpoint_every",
@@ -955,7 +1084,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         config="checkpoint_every",
+        option="checkpoint.max_samples",
         only="a tuning of the writer; Airflow keeps the default",
+        bounds=Bounds(1),
     ),
     Setting(
         "checkpoint_interval",
@@ -969,7 +1100,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_float",
         ),
         config="checkpoint_interval_s",
+        option="checkpoint.max_age_s",
         only="a tuning of the writer; Airflow keeps the default",
+        bounds=Bounds(0, above=True),
     ),
     Setting(
         "processes",
@@ -983,7 +1116,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         config="processes",
+        option="prompts.processes",
         only="a property of the machine; Airflow workers use the default",
+        bounds=Bounds(1),
     ),
     # --- validation and publishing
     Setting(
@@ -1007,10 +1142,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Draft vocabulary size",
             "K most frequent trained tokens in the run's draft vocabulary (EAGLE-3 d2t/t2d).",
             FORM_RUN,
-            schema={"minimum": 1},
         ),
         config="draft_vocab_size",
+        option="publish.draft_vocab_size",
         only="a training choice, not of the prompt set",
+        bounds=Bounds(1),
     ),
     Setting(
         "max_reasoning_tokens",
@@ -1024,7 +1160,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             type="positive_int",
         ),
         config="max_reasoning_tokens",
+        option="publish.limits.max_reasoning_tokens",
         only="not yet in the recipe or the form",
+        bounds=Bounds(1),
     ),
     Setting(
         "max_rates",
@@ -1060,12 +1198,14 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             schema={"additionalProperties": False},
         ),
         config="max_rates",
+        option="max_rates",
     ),
     Setting(
         "draft_vocab_required",
         False,
         "a run whose few distinct tokens cannot fill the default vocabulary is published without one",
         config="draft_vocab_required",
+        option="publish.draft_vocab_required",
         only="derived: the command line sets it when --draft-vocab-size is given",
     ),
     Setting(
@@ -1073,6 +1213,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "cli",
         "the command line; Airflow's tasks say airflow",
         config="front_end",
+        option=("front_end", "prompts.front_end", "publish.front_end"),
         only="set by the front end itself: messages name a setting as it calls it (settings.named)",
     ),
     # --- Airflow only
@@ -1083,6 +1224,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         form="dry_run",
         param=FormParam("boolean", "Dry run", "Preflight and plan only (writes the plan), generate nothing.", FORM_RUN),
         config="dry_run",
+        option="dry_run",
         only="Airflow-only: on the command line `tokenize` is the dry run",
     ),
     Setting(
@@ -1135,6 +1277,33 @@ RECIPE_STRUCTURE = frozenset(
     }
 )
 
+# The layers' options that no front end sets (generation.stage.RunOptions' leaves, or whole nested options, that
+# no setting's `option` names): tunings kept in the layer that owns them. tests/dags/test_run_settings.py fails on
+# a RunOptions leaf that is neither a setting's `option` nor here, so a forgotten mapping cannot pass unnoticed.
+OPTION_TUNINGS = frozenset(
+    {
+        "retry.base_delay_s",  # the backoff's curve (inference/retry.py)
+        "retry.max_delay_s",
+        "breaker.failures_to_open",  # the breaker's curve (inference/endpoints.py)
+        "breaker.open_s",
+        "breaker.max_open_s",
+        "liveness.poll_s",  # the lost-request monitor's mechanics (inference/liveness.py)
+        "liveness.grace_s",
+        "liveness.enabled",
+        "liveness.failures_to_probe",
+        "liveness.probe_failures",
+        "liveness.request_timeout_s",
+        "content_breaker",  # the sick-endpoint statistics (inference/content_breaker.py)
+        "plan_lock",  # the planners' lock timing (generation/plan_lock.py)
+        "canary_max_new_tokens",
+        "publish.thresholds",  # resolved from max_rates and the recipe (generation.stage.resolve_thresholds)
+        "publish.limits.loop_ngram_max",  # the validator's loop and echo checks (validation/rules.py)
+        "publish.limits.loop_min_repeats",
+        "publish.limits.loop_window",
+        "publish.limits.echo_tail",
+    }
+)
+
 
 def setting(name: str) -> Setting:
     for entry in RUN_SETTINGS:
@@ -1145,6 +1314,12 @@ def setting(name: str) -> Setting:
 
 def default_of(name: str) -> Any:
     return setting(name).default
+
+
+def bounds_of(name: str) -> dict[str, float]:
+    """The recipe's pydantic Field keywords for a setting's declared range (ge/gt, le)."""
+    entry = setting(name)
+    return entry.bounds.field() if entry.bounds else {}
 
 
 # --- the one precedence, for every front end
@@ -1182,13 +1357,35 @@ def named(name: str, front_end: str) -> str:
         return f"the SGLang connection's extra {entry.airflow.removeprefix('extra:')!r}"
     if front_end == "airflow" and (entry.airflow or "").startswith("env:"):
         return entry.airflow.removeprefix("env:")
-    if front_end == "recipe" and entry.recipe:
+    if front_end in ("recipe", "airflow") and entry.recipe:  # an Airflow run takes the rest from the recipe
         return f"the recipe's {entry.recipe}"
     return name
 
 
+def new_run_hint(front_end: str) -> str:
+    """How the user of this front end starts a run of its own (another run id) instead of continuing one."""
+    return "trigger a new DAG run" if front_end == "airflow" else "start a new --run-id"
+
+
+def resume_hint(front_end: str, run_id: str | None = None) -> str:
+    """How the user of this front end resumes a stopped run from its checkpoints."""
+    if front_end == "airflow":
+        return "clear the DAG run's failed tasks to resume it"
+    return f"rerun with --run-id {run_id}" if run_id else "rerun with the same --run-id"
+
+
+def offered(name: str, front_end: str) -> bool:
+    """Whether the front end lets its user set the setting (a message suggests only what the user can do)."""
+    entry = setting(name)
+    if front_end == "cli":
+        return entry.cli is not None
+    if front_end == "airflow":
+        return entry.form is not None or (entry.airflow or "").startswith(("extra:", "env:"))
+    return front_end == "recipe" and entry.recipe is not None
+
+
 # --- the configuration reference (docs/configuration.md), generated from the table
-REFERENCE_START = "<!-- settings reference: generated by `python -m eagle_datagen.settings`; do not edit -->"
+REFERENCE_START = "<!-- settings reference: generated by `python -m eagle_datagen.cli.reference`; do not edit -->"
 REFERENCE_END = "<!-- end of the settings reference -->"
 
 
@@ -1202,8 +1399,8 @@ def reference_table() -> str:
     lines = [
         REFERENCE_START,
         "",
-        "| setting | default | flag (`run`) | recipe key | Airflow | why the default |",
-        "|---|---|---|---|---|---|",
+        "| setting | default | range | flag (`run`) | recipe key | Airflow | why the default |",
+        "|---|---|---|---|---|---|---|",
     ]
     for entry in RUN_SETTINGS:
         airflow = f"form `{entry.form}`" if entry.form else (entry.airflow or "")
@@ -1213,7 +1410,8 @@ def reference_table() -> str:
             airflow = f"`{airflow.removeprefix('env:')}`"
         default = "none" if entry.default is None else f"`{entry.default!r}`"
         lines.append(
-            f"| {entry.name} | {default} | {_cell(entry.cli)} | {_cell(entry.recipe)} | {airflow} | "
+            f"| {entry.name} | {default} | {entry.bounds.describe() if entry.bounds else ''} | {_cell(entry.cli)} | "
+            f"{_cell(entry.recipe)} | {airflow} | "
             f"{entry.why.replace('|', '/')} |"
         )
     lines += ["", "Precedence, for every front end: " + " > ".join(PRECEDENCE) + ".", "", REFERENCE_END]
@@ -1292,6 +1490,73 @@ def from_connection(extra: dict[str, Any]) -> dict[str, Any]:
         if entry.airflow and entry.airflow.startswith("extra:") and entry.config and extra.get(key) is not None:
             values[entry.config] = extra[key]
     return values
+
+
+# --- the steps' carrier (generation.steps.RunConfig) and the layers' options, derived from the table
+
+
+def config_default(entry: Setting) -> Any:
+    """The RunConfig field's default: None where a lower layer may decide (a recipe key: the recipe's value, else
+    the declared default, is resolved when the recipe is read), a fresh copy for a list or a dict, else the
+    declared default. A `required` setting has none (dataclasses.MISSING)."""
+    if entry.required:
+        return dataclasses.MISSING
+    if isinstance(entry.default, list | dict):
+        return copy.copy(entry.default)
+    if entry.recipe:
+        return None
+    return entry.default
+
+
+def config_fields() -> list[tuple[str, Any, Any]]:
+    """RunConfig's fields, one per setting with `config`, for dataclasses.make_dataclass."""
+    fields = []
+    for entry in RUN_SETTINGS:
+        if entry.config:
+            default = config_default(entry)
+            if isinstance(default, list | dict):
+                made = dataclasses.field(default_factory=functools.partial(copy.copy, default))
+            else:
+                made = dataclasses.field() if default is dataclasses.MISSING else dataclasses.field(default=default)
+            fields.append((entry.config, Any, made))
+    return fields
+
+
+def option_paths(entry: Setting) -> tuple[str, ...]:
+    if entry.option is None:
+        return ()
+    return (entry.option,) if isinstance(entry.option, str) else entry.option
+
+
+def build_options(cls: type, config: Any) -> Any:
+    """`cls` (generation.stage.RunOptions) from a RunConfig: each setting's value put where its `option` says, the
+    nested options (TokenizeOptions, SamplingOverrides, RetryPolicy, ...) built the same way; every field that no
+    setting feeds keeps its default. Lists and dicts are copied, so the options share nothing with the config."""
+    values = {}
+    for entry in RUN_SETTINGS:
+        for path in option_paths(entry):
+            values[path] = copy.copy(getattr(config, entry.config))
+    return _build(cls, values, "")
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        path = prefix + f.name
+        if path in values:
+            kwargs[f.name] = values[path]
+        elif any(key.startswith(path + ".") for key in values):
+            kwargs[f.name] = _build(options_class(hints[f.name]), values, path + ".")
+    return cls(**kwargs)
+
+
+def options_class(hint: Any) -> type:
+    """The dataclass of a nested options field (its annotation, None left out of a union)."""
+    for candidate in (hint, *typing.get_args(hint)):
+        if dataclasses.is_dataclass(candidate):
+            return candidate
+    raise TypeError(f"{hint!r} is not an options dataclass")
 
 
 if __name__ == "__main__":

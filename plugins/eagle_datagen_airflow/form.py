@@ -42,7 +42,7 @@ def param(entry: settings.Setting, shown: dict[str, Any], category: str = "") ->
     declaration's fixed default, else `shown`'s (the recipe's or the deployment's), else the declared default."""
     spec = entry.param
     value = spec.default if spec.default is not settings.SHOWN else shown.get(entry.name, entry.default)
-    schema = dict(spec.schema)
+    schema = dict(spec.schema) | (entry.bounds.schema() if entry.bounds else {})
     if (choices := settings.choices_of(entry)) is not None:
         schema["enum"] = list(choices)
     schema |= SCHEMA_OF_VALUE.get(entry.name, lambda _: {})(value)

@@ -397,5 +397,5 @@ def test_a_remote_code_tokenizer_without_trust_remote_code_fails_the_preflight_t
     assert (
         "\n" not in line and f"tokenizer {standin_dir} ships its own code (tokenization_kimi.TikTokenTokenizer)" in line
     )
-    assert "the connection extra trust_remote_code: true" in line
+    assert "set the SGLang connection's extra 'trust_remote_code' to true" in line and "--trust" not in line
     assert not (tmp_path / "out").exists()

@@ -61,8 +61,10 @@ def recording_preflight(calls: list, monkeypatch) -> None:
     real = REAL_PREFLIGHT
 
     async def record(urls, setup, model, canary, **kwargs):  # noqa: ANN001, ANN003, ANN202
-        # what the endpoints are asked and judged by; the output root, run id, caller and check objects differ
-        same = {k: v for k, v in kwargs.items() if k not in ("root", "run_id", "by", "agreement", "wanted_min")}
+        # what the endpoints are asked and judged by; the output root, run id, caller and check objects differ, and
+        # the front end, which words the messages (settings.named)
+        ignored = ("root", "run_id", "by", "agreement", "wanted_min", "front_end")
+        same = {k: v for k, v in kwargs.items() if k not in ignored}
         calls.append(
             {
                 "urls": list(urls),

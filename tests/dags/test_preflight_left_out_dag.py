@@ -64,7 +64,6 @@ def test_a_replica_failing_preflight_is_left_out_of_the_dag_run(deployment, capl
     assert manifest["counts"]["data"] == PROMPTS and list(manifest["counts"]["endpoints"]) == [deployment["good"].url]
 
 
-
 def test_min_endpoints_two_in_the_run_conf_stops_the_dag_run_in_its_preflight_task(deployment, capfd):
     """Through the form's param and the run's conf, as a trigger would: the preflight task fails naming the
     replica left out, nothing downstream runs, nothing is published. (The task's retries, there for a server
@@ -84,6 +83,7 @@ def test_min_endpoints_two_in_the_run_conf_stops_the_dag_run_in_its_preflight_ta
     assert run.state == "failed" and found["preflight"] == "failed", found
     assert found["plan"] == "upstream_failed" and found["finalize"] == "upstream_failed", found
     assert "1 of 2 SGLang endpoints passed preflight, fewer than the 2 required" in logged
+    assert "required (the min_endpoints param)" in logged and "--min-endpoints" not in logged  # the form's word
     assert f"left out: {deployment['broken'].url}" in logged
     run_id = run_id_for("leftoutmath", run.run_id)
     assert not (Path(deployment["output"]) / "manifests" / f"run={run_id}.json").exists()

@@ -105,6 +105,87 @@ def test_every_run_config_field_is_a_declared_setting():
     assert fields == declared
 
 
+def option_leaves(cls: type, prefix: str = "") -> set[str]:
+    """The dotted paths of an options dataclass's leaves (nested options dataclasses walked into)."""
+    hints = typing.get_type_hints(cls)
+    paths = set()
+    for f in dataclasses.fields(cls):
+        try:
+            paths |= option_leaves(settings.options_class(hints[f.name]), f"{prefix}{f.name}.")
+        except TypeError:
+            paths.add(prefix + f.name)
+    return paths
+
+
+def test_every_setting_lands_in_the_layers_options_where_it_says():
+    """Each RunConfig field has an `option`, every declared path is a leaf of RunOptions, and every RunOptions
+    leaf is fed by a setting or is a declared tuning (settings.OPTION_TUNINGS): a setting added to a layer's
+    options without its declaration, or a declaration pointing nowhere, fails here."""
+    from eagle_datagen.generation.stage import RunOptions
+
+    leaves = option_leaves(RunOptions)
+    fed = {path for entry in RUN_SETTINGS for path in settings.option_paths(entry)}
+    for entry in RUN_SETTINGS:
+        assert bool(entry.config) == bool(entry.option), f"{entry.name}: a RunConfig field needs its `option`"
+    assert fed - leaves == set(), "declared option paths that RunOptions does not have"
+    tuned = {leaf for leaf in leaves if any(leaf == t or leaf.startswith(t + ".") for t in settings.OPTION_TUNINGS)}
+    assert leaves - fed - tuned == set(), "RunOptions leaves no setting feeds: declare their `option` or a tuning"
+    assert fed & tuned == set(), "a setting's option is also listed as a tuning"
+    stale = {t for t in settings.OPTION_TUNINGS if not any(leaf == t or leaf.startswith(t + ".") for leaf in leaves)}
+    assert stale == set(), "OPTION_TUNINGS lists options RunOptions no longer has"
+
+
+def test_each_setting_value_reaches_its_option():
+    """A distinct value per setting, through RunConfig.options(): each arrives at every path its `option` names
+    (a setting mapped to the wrong place, or dropped, fails)."""
+    from operator import attrgetter
+
+    values = {}
+    for i, entry in enumerate(s for s in RUN_SETTINGS if s.config):
+        default = entry.default
+        value = (
+            f"r{i}"
+            if entry.name == "run_id"
+            else [f"v{i}"]
+            if isinstance(default, list)
+            else {"prompt_echo": 0.5}
+            if entry.name == "max_rates"
+            else {"prompt": f"c{i}"}
+            if isinstance(default, dict)
+            else not default
+            if isinstance(default, bool)
+            else f"v{i}"
+            if isinstance(default, str)
+            else type(default or 0)(1000 + i)  # None: a number, the options' checks compare some
+        )
+        values[entry.config] = value
+    values["min_endpoints"] = 2
+    options = RunConfig(**values).options()
+    for entry in RUN_SETTINGS:
+        for path in settings.option_paths(entry):
+            assert attrgetter(path)(options) == values[entry.config], f"{entry.name} -> {path}"
+
+
+def test_run_config_defaults_and_required_fields_come_from_the_declarations():
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    for entry in RUN_SETTINGS:
+        if not entry.config:
+            continue
+        f = fields[entry.config]
+        assert f.kw_only
+        if entry.required:
+            assert f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, entry.name
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        assert default == settings.config_default(entry), entry.name
+        if entry.flag and entry.flag.required:
+            pytest.fail(f"{entry.name}: a required flag is a required setting")
+    a = RunConfig(output="o", tokenizer="t", sglang_urls=["u"], run_id="r")
+    b = RunConfig(output="o", tokenizer="t", sglang_urls=["u"], run_id="r")
+    a.prompts.append("x")  # a default list is each config's own
+    assert b.prompts == []
+
+
 @pytest.mark.parametrize("entry", RUN_SETTINGS, ids=[s.name for s in RUN_SETTINGS])
 def test_a_setting_missing_from_a_front_end_says_why(entry):
     missing = [
@@ -191,13 +272,19 @@ def test_the_form_defaults_are_the_declared_ones_where_the_recipe_has_no_say():
 
 
 def test_the_configuration_reference_is_generated_from_the_table():
+    """docs/configuration.md's synopsis of tokenize and run, and its settings table, are what the declarations
+    generate (cli/reference.py), so a new flag or a changed default shows up there or fails here."""
+    from eagle_datagen.cli.reference import SYNOPSIS_START, generated
+
     text = (REPO / "docs/configuration.md").read_text()
-    start, end = text.find(settings.REFERENCE_START), text.find(settings.REFERENCE_END)
-    assert start >= 0 and end > start, "docs/configuration.md lost its generated settings reference"
-    shown = text[start : end + len(settings.REFERENCE_END)]
-    assert shown == settings.reference_table(), (
-        "docs/configuration.md's settings reference is stale: paste `.venv/bin/python -m eagle_datagen.settings`"
+    assert settings.REFERENCE_START in text and SYNOPSIS_START in text, "docs/configuration.md lost a generated part"
+    assert text == generated(text), (
+        "docs/configuration.md's synopsis or settings reference is stale: run "
+        "`.venv/bin/python -m eagle_datagen.cli.reference docs/configuration.md`"
     )
+    for entry in RUN_SETTINGS:
+        if entry.cli:
+            assert entry.cli in text.split(SYNOPSIS_START)[1], f"the synopsis lacks {entry.cli}"
 
 
 @pytest.mark.parametrize("entry", RUN_SETTINGS, ids=[s.name for s in RUN_SETTINGS])
@@ -208,8 +295,9 @@ def test_messages_name_a_setting_as_each_front_end_calls_it(entry):
         assert airflow == f"the {entry.form} param"
     elif (entry.airflow or "").startswith("extra:"):
         assert repr(entry.airflow.removeprefix("extra:")) in airflow
-    if entry.cli and entry.form and entry.cli.removeprefix("--") != entry.form:
-        assert entry.cli not in airflow  # an Airflow user has no such flag
+    elif entry.recipe and not entry.airflow:  # an Airflow run takes it from the DAG's recipe
+        assert airflow == f"the recipe's {entry.recipe}"
+    assert "--" not in airflow  # an Airflow user has no flags
 
 
 def test_every_flag_reaches_its_run_config_field():
@@ -316,3 +404,167 @@ def test_a_new_setting_is_one_declaration(monkeypatch):
     assert (param.value, param.schema["type"], param.schema["minimum"]) == (3, "integer", 1)
     assert settings.from_flags({"min_widgets": 5})["min_widgets"] == 5
     assert settings.from_form({"min_widgets": 7}) == {"min_widgets": 7}
+
+
+def test_a_new_setting_reaches_its_layer_by_its_declaration(monkeypatch):
+    """The RunConfig field and the options come from the declaration: a setting with `option` lands in the layer's
+    options without a hand-written map (here a layer the test adds, as a new setting's use would)."""
+    from eagle_datagen.generation import stage
+
+    @dataclasses.dataclass(frozen=True)
+    class WidgetPolicy:
+        min_widgets: int = 0
+
+    @dataclasses.dataclass(frozen=True)
+    class Options(stage.RunOptions):
+        widgets: WidgetPolicy = dataclasses.field(default_factory=WidgetPolicy)
+
+    new = settings.Setting("min_widgets", 3, "a test's setting", config="min_widgets", option="widgets.min_widgets")
+    monkeypatch.setattr(settings, "RUN_SETTINGS", (*RUN_SETTINGS, new))
+    config_type = dataclasses.make_dataclass("Config", settings.config_fields(), kw_only=True)
+    config = config_type(output="o", tokenizer="t", sglang_urls=["u"], run_id="r")
+    assert config.min_widgets == 3
+    monkeypatch.setitem(globals(), "WidgetPolicy", WidgetPolicy)  # get_type_hints resolves it by name
+    built = settings.build_options(Options, dataclasses.replace(config, min_widgets=9))
+    assert built.widgets == WidgetPolicy(9) and built.prompts.output == "o"
+
+
+@pytest.mark.parametrize(
+    ("front_end", "says", "never"),
+    [("cli", "--min-endpoints", "the min_endpoints param"), ("airflow", "the min_endpoints param", "--min")],
+)
+def test_a_preflight_message_names_the_setting_as_the_running_front_end_does(front_end, says, never):
+    """The preflight the Airflow task runs names the form param and the connection's extra; the command line's
+    names the flags: the same code, told its front end by RunConfig.front_end."""
+    import asyncio
+    import socket
+
+    from eagle_datagen.errors import ConfigError
+    from eagle_datagen.inference.preflight import judge_endpoints
+    from eagle_datagen.profile import load_profile
+
+    with socket.socket() as closed:  # a port nothing listens on: the endpoint is left out at once
+        closed.bind(("127.0.0.1", 0))
+        urls = [f"http://127.0.0.1:{closed.getsockname()[1]}", f"http://127.0.0.1:{closed.getsockname()[1]}/"]
+    for given, flag, extra in ((urls, says, never), (urls[:1], "--sglang-url", "extra 'urls'")):
+        with pytest.raises(ConfigError) as failed:
+            asyncio.run(
+                judge_endpoints(given, load_profile("qwen3"), "m", None, wait_s=0, min_endpoints=1, front_end=front_end)
+            )
+        message = str(failed.value)
+        if len(given) == 2:
+            assert says in message and never not in message, message
+        elif front_end == "cli":
+            assert flag in message and extra not in message, message
+        else:
+            assert extra in message and flag not in message, message
+
+
+def recipe_with(key: str, value: object) -> dict:
+    """A bare recipe (as YAML would give it) that sets the recipe key `key` (settings.py's dotted names)."""
+    raw: dict = {"categories": {"x": {"sources": [{"path": "x.jsonl"}]}}}
+    head, _, rest = key.partition(".")
+    if head == "category":
+        raw["categories"]["x"][rest] = value
+    elif head == "source":
+        raw["categories"]["x"]["sources"][0][rest] = value
+    else:
+        node = raw
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return raw
+
+
+BOUNDED = [s for s in RUN_SETTINGS if s.bounds]
+
+
+@pytest.mark.parametrize("entry", BOUNDED, ids=[s.name for s in BOUNDED])
+def test_a_settings_range_is_declared_once_and_every_front_end_checks_it(entry):
+    """Generated from the table, one test per bounded setting: the flag, the form param's schema and the recipe
+    key accept the declared range's ends and refuse what lies just outside it."""
+    from pydantic import ValidationError
+
+    from eagle_datagen_airflow.form import category_params
+
+    bounds = entry.bounds
+    inside, outside = [], []
+    if bounds.minimum is not None:
+        (outside if bounds.above else inside).append(bounds.minimum)
+        outside.append(bounds.minimum - 1)
+        if bounds.above:
+            inside.append(bounds.minimum + (bounds.maximum - bounds.minimum if bounds.maximum else 1) / 2)
+    if bounds.maximum is not None:
+        inside.append(bounds.maximum)
+        outside.append(bounds.maximum + 1)
+    integer = isinstance(entry.default, int) or (entry.flag and entry.flag.type in ("positive_int", "int"))
+    shown = [int(v) if integer and float(v).is_integer() else v for v in inside + outside]
+    inside, outside = shown[: len(inside)], shown[len(inside) :]
+    if entry.cli:
+        base = ["run", "--sglang-url", "u", "--output", "o", "--tokenizer", "t"]
+        for value in inside:
+            args = build_parser().parse_args([*base, f"{entry.cli}={value}"])
+            assert getattr(args, settings.flag_dest(entry)) == value, (entry.cli, value)
+        for value in outside:
+            with pytest.raises(SystemExit):
+                build_parser().parse_args([*base, f"{entry.cli}={value}"])
+    if entry.form:
+        bare = Recipe(categories={"x": {"sources": ["x.jsonl"]}})
+        schema = category_params(bare, "x", "s3://eagle/datagen", 32000)[entry.form].schema
+        assert {k: schema.get(k) for k in bounds.schema()} == bounds.schema()
+    if entry.recipe:
+        for value in inside:
+            Recipe.model_validate(recipe_with(entry.recipe, value))
+        for value in outside:
+            with pytest.raises(ValidationError):
+                Recipe.model_validate(recipe_with(entry.recipe, value))
+
+
+def test_a_diagnosis_names_the_fix_as_the_running_front_end_does():
+    """The run-level diagnosis (the answer screen during generate, finalize's check) is the same code for both
+    front ends; its fix says the flag on the command line and the form param or connection extra in Airflow."""
+    from eagle_datagen.validation.diagnosis import diagnose
+
+    for reason, cli, airflow in (
+        ("finish_length", "raise --max-new-tokens", "raise the max_new_tokens param"),
+        ("finish_abort", "lower --concurrency, and rerun with the same --run-id", "clear the DAG run's failed"),
+        ("prompt_suffix", "check --tokenizer and --profile", "check the SGLang connection's extra 'tokenizer'"),
+        ("request_error", "fix --max-prompt-tokens", "fix the recipe's defaults.max_prompt_tokens"),
+    ):
+        [on_cli] = diagnose({reason: 100}, 100, front_end="cli")
+        [in_airflow] = diagnose({reason: 100}, 100, front_end="airflow")
+        assert cli in on_cli and "--" not in in_airflow and airflow in in_airflow, (on_cli, in_airflow)
+
+
+def test_the_reject_rate_and_remote_code_refusals_name_the_setting_as_the_running_front_end_does():
+    from types import SimpleNamespace
+
+    from eagle_datagen.sources.collect import RejectRateExceeded, check_reject_rate
+    from eagle_datagen.tokenization.remote_code import refuse_without_flag
+
+    collected = SimpleNamespace(reject_rate=0.5, invalid=5, records_read=10)
+    for front_end, says in (("cli", "raise --max-reject-rate"), ("airflow", "raise the recipe's max_reject_rate")):
+        with pytest.raises(RejectRateExceeded, match=says):
+            check_reject_rate(collected, 0.05, "rejects.jsonl", front_end)
+    assert "pass --trust-remote-code" in str(refuse_without_flag("t", "m.C", "cli"))
+    airflow = str(refuse_without_flag("t", "m.C", "airflow"))
+    assert "the SGLang connection's extra 'trust_remote_code' to true" in airflow and "--" not in airflow
+
+
+def test_a_changed_rerun_is_told_how_to_start_anew_in_the_running_front_ends_words():
+    """A DAG run retried with other params, or a CLI rerun with other flags, meets the same refusal; the way out
+    is a new --run-id on the command line and a new DAG run in Airflow (whose run id is the DAG run's)."""
+    from eagle_datagen.errors import ConfigError
+    from eagle_datagen.generation.plan import RunPlan, check_plan_matches
+    from eagle_datagen.tokenization.provenance import check_same_tokenizer
+
+    planned, wanted = RunPlan("r", "m1", "qwen3", {}, [], {}), RunPlan("r", "m2", "qwen3", {}, [], {})
+    for front_end, says in (
+        ("cli", "the same flags, or start a new --run-id"),
+        ("airflow", "the same params, or trigger a new DAG run"),
+    ):
+        with pytest.raises(ConfigError, match=says):
+            check_plan_matches(planned, wanted, front_end)
+        with pytest.raises(ConfigError, match=says.split(", or ")[1]):
+            check_same_tokenizer("r", {"chat_template_sha256": "a"}, {"chat_template_sha256": "b"}, "run", front_end)

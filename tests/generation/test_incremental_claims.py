@@ -189,7 +189,7 @@ def test_runs_planning_at_once_skip_what_is_published_and_split_the_rest(tmp_pat
 
 def test_a_dry_run_claims_nothing(tmp_path):
     output = str(tmp_path / "out")
-    assert len(plan_run(options(tmp_path, output, "dry", claim=False))) == 12
+    assert len(plan_run(options(tmp_path, output, "dry", dry_run=True))) == 12
     assert LocalOutputRoot(output).list("claims/") == []
     assert len(plan_run(options(tmp_path, output, "real"))) == 12
 

@@ -29,6 +29,18 @@ def test_a_rate_surely_above_its_threshold_stops_the_run(kimi_profile):
     assert "--run-id r1 to continue" in s.stopped
 
 
+def test_an_airflow_run_stopped_early_is_told_its_fix_in_airflow_words(kimi_profile):
+    limits, thresholds = ValidationLimits(), DiagnosisThresholds()
+    s = AnswerScreen(
+        ["http://a:1"], kimi_profile, "r1", limits, thresholds, ContentBreakerPolicy(), front_end="airflow"
+    )
+    with pytest.raises(RunStopped):
+        for i in range(20):
+            s.count_row(result("finish_length" if i >= 2 else None))
+    assert "raise the max_new_tokens param" in s.stopped and "clear the DAG run's failed tasks" in s.stopped
+    assert "--" not in s.stopped, s.stopped
+
+
 def test_a_rate_near_its_threshold_does_not_stop_the_run_early(kimi_profile):
     s = screen(kimi_profile)
     for i in range(40):  # 55%: above 50%, but not surely

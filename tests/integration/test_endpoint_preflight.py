@@ -63,7 +63,7 @@ def test_min_endpoints_two_stops_in_preflight_naming_the_one_left_out(tmp_path):
             run_generation(options)
         assert good.stats()["generations"] <= 1  # its canary, no sample
     message = str(info.value)
-    assert "1 of 2 SGLang endpoints passed preflight, fewer than the 2 required" in message
+    assert "1 of 2 SGLang endpoints passed preflight, fewer than the 2 required (--min-endpoints)" in message
     assert broken.url in message and "prompt-echo bug" in message and "\n" not in message
     assert not (tmp_path / "out" / "plans").exists()
 

@@ -63,7 +63,8 @@ def test_defaults():
             "prompt_suffix",
             1,
             r"prompts do not end in '<think>' \(163606\).*none allowed.*the tokenizer's template "
-            r"does not end prompts in <think> \(163606\) as the profile expects: wrong --tokenizer or --profile",
+            r"does not end prompts in <think> \(163606\) as the profile expects: the tokenizer or the profile is "
+            r"wrong \(check --tokenizer and --profile\)",
         ),
         (
             "id_out_of_range",

@@ -126,14 +126,16 @@ def category_list(text: str) -> list[str]:
 
 
 def prompt_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The flags every command that reads prompts shares, under the names both TokenizeOptions and the run's
-    RunConfig give them (settings.from_flags, so `tokenize` and `run` map them by the one declaration)."""
-    import dataclasses
-
-    from eagle_datagen.tokenization.stage import TokenizeOptions
-
-    fields = {f.name for f in dataclasses.fields(TokenizeOptions)}
-    return {k: v for k, v in settings.from_flags(vars(args)).items() if k in fields}
+    """The flags every command that reads prompts shares, as TokenizeOptions fields: the settings whose declared
+    `option` lands in RunOptions.prompts (settings.from_flags, so `tokenize` and `run` map them the same way)."""
+    values = settings.from_flags(vars(args))
+    return {
+        path.removeprefix("prompts."): values[entry.config]
+        for entry in settings.RUN_SETTINGS
+        if entry.config in values
+        for path in settings.option_paths(entry)
+        if path.startswith("prompts.")
+    }
 
 
 def tokenize_options(args: argparse.Namespace) -> TokenizeOptions:

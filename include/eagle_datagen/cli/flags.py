@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import functools
 from typing import Any
 
 from eagle_datagen import settings
@@ -15,6 +16,22 @@ from eagle_datagen.cli import arguments
 def _type(name: str) -> Any:
     """An argument type of cli/arguments.py (or a builtin, such as int) by name."""
     return getattr(arguments, name, None) or getattr(builtins, name)
+
+
+@functools.cache
+def _bounded(type_name: str | None, bounds: settings.Bounds) -> Any:
+    """The flag's declared type, then its declared range (the type's own message first, so a positive_int
+    still says 'must be a positive integer'); one function per (type, range), so a flag's type is stable."""
+    parse = _type(type_name) if type_name else str
+
+    def bounded(text: str) -> Any:
+        value = parse(text)
+        if (problem := bounds.problem(value)) is not None:
+            raise argparse.ArgumentTypeError(f"{text!r} {problem}")
+        return value
+
+    bounded.__name__ = getattr(parse, "__name__", "bounded")  # argparse names the type in its messages
+    return bounded
 
 
 def _shown(value: Any) -> str:
@@ -33,7 +50,9 @@ def flag_arguments(entry: settings.Setting) -> dict[str, Any]:
         kwargs["action"] = "store_true"
     elif flag.repeat:
         kwargs["action"] = "append"
-    if flag.type:
+    if entry.bounds is not None:
+        kwargs["type"] = _bounded(flag.type, entry.bounds)
+    elif flag.type:
         kwargs["type"] = _type(flag.type)
     if choices is not None:
         kwargs["choices"] = choices

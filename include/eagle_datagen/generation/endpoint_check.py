@@ -43,6 +43,7 @@ async def preflight_run(
     wait_s: float,
     by: str,
     agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[dict[str, str]]] | None = None,
+    front_end: str = "cli",
 ) -> list[ServerInfo]:
     """The endpoints that passed; the others recorded as left out of run `run_id` (by `by`: "run", "preflight").
     `agreement`: the client-vs-server tokenizer check (inference/tokenizer_agreement.py) on those that passed."""
@@ -55,6 +56,7 @@ async def preflight_run(
         wait_s=wait_s,
         min_endpoints=required_endpoints(min_endpoints(wanted_min, setup.recipe), len(urls)),
         agreement=agreement,
+        front_end=front_end,
     )
     if verdicts.left_out:
         record_left_out(root, run_id, [x.to_json() for x in verdicts.left_out], by)

@@ -20,6 +20,7 @@ from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.plan_order import extensions_together
 from eagle_datagen.inference.samples import SampleRequest
+from eagle_datagen.settings import new_run_hint
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.storage.parquet import read_parquet_bytes
 from eagle_datagen.tokenization.tokenize import TokenizedPrompt
@@ -172,11 +173,12 @@ def load_plan(root: OutputRoot, run_id: str) -> RunPlan | None:
     return RunPlan.from_json(json.loads(root.read_bytes(plan_key(run_id))))
 
 
-def check_plan_matches(existing: RunPlan, wanted: RunPlan) -> None:
+def check_plan_matches(existing: RunPlan, wanted: RunPlan, front_end: str = "cli") -> None:
     if existing.settings_key() != wanted.settings_key():
+        same = "params" if front_end == "airflow" else "flags"
         raise ConfigError(
             f"run {existing.run_id} already exists at this output with other settings (model, sampling or "
-            "samples per prompt): continue it with the same flags, or start a new --run-id"
+            f"samples per prompt): continue it with the same {same}, or {new_run_hint(front_end)}"
         )
 
 

@@ -256,7 +256,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
         else:
             reasons.update(table.column("reject_reason").to_pylist())
     total = sum(c["data"] + c["quarantine"] for c in by_category.values())
-    check_run(dict(reasons), total, options.thresholds, profile)
+    check_run(dict(reasons), total, options.thresholds, profile, options.front_end)
     endpoints = endpoint_report(root, plan.run_id)
 
     def tables(kind: str) -> Iterator[pa.Table]:  # read again, lazily: memory stays one shard deep

@@ -16,6 +16,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from eagle_datagen import settings
 from eagle_datagen.generation.endpoint_journal import EndpointJournal
 from eagle_datagen.inference.content_breaker import ContentBreaker, ContentBreakerPolicy, Ejection
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
@@ -58,7 +59,9 @@ class AnswerScreen:
         policy: ContentBreakerPolicy,
         journal: EndpointJournal | None = None,
         by: str = "run",
+        front_end: str = "cli",  # the diagnoses name settings as this front end calls them
     ) -> None:
+        self.front_end = front_end
         self.profile = profile
         self.run_id = run_id
         self.limits = limits
@@ -124,7 +127,7 @@ class AnswerScreen:
         )
 
     def _ejected(self, ejection: Ejection) -> None:
-        fix = _fix(ejection, self.profile)
+        fix = _fix(ejection, self.profile, self.front_end)
         log.warning(
             "endpoint %s taken out of rotation for the rest of run %s: %s %s; likely cause: %s",
             ejection.endpoint,
@@ -142,7 +145,7 @@ class AnswerScreen:
             return
         by_fix: dict[str, list[str]] = {}  # endpoints with the same likely cause share its line
         for e in self.breaker.ejections():
-            by_fix.setdefault(_fix(e, self.profile), []).append(e.describe())
+            by_fix.setdefault(_fix(e, self.profile, self.front_end), []).append(e.describe())
         parts = [f"{'; '.join(described)}: {fix}" for fix, described in by_fix.items()]
         self.stop(f"every endpoint was taken out: {'; '.join(parts)}", [e.endpoint for e in self.breaker.ejections()])
 
@@ -159,7 +162,7 @@ class AnswerScreen:
             for reason, count in self.rows.items()
             if reason != "valid" and lower_bound(count, total) > (self.thresholds.rate(reason) or 0.0)
         }
-        lines = diagnose(sure, total, self.thresholds, self.profile) if sure else []
+        lines = diagnose(sure, total, self.thresholds, self.profile, self.front_end) if sure else []
         if not lines:
             return
         serving = [t for t in self.breaker.tallies.values() if t.rows]
@@ -172,8 +175,8 @@ class AnswerScreen:
 
     def stop(self, diagnosis: str, endpoints: list[str]) -> None:
         message = (
-            f"{diagnosis}; what was generated is checkpointed: fix the deployment and rerun with --run-id "
-            f"{self.run_id} to continue"
+            f"{diagnosis}; what was generated is checkpointed: fix the deployment and "
+            f"{settings.resume_hint(self.front_end, self.run_id)} to continue"
         )
         if self.stopped is None:
             self.stopped = message
@@ -210,6 +213,6 @@ class AnswerScreen:
         }
 
 
-def _fix(ejection: Ejection, profile: ModelProfile) -> str:
+def _fix(ejection: Ejection, profile: ModelProfile, front_end: str = "cli") -> str:
     """The likely cause of an ejection, and its fix."""
-    return LOST_FIX if ejection.reason == LOST_REASON else explain(ejection.reason, profile)[1]
+    return LOST_FIX if ejection.reason == LOST_REASON else explain(ejection.reason, profile, front_end)[1]

@@ -123,11 +123,16 @@ class RunOptions:
     per_weight_version: bool = False  # with incremental: samples of other weight versions do not count
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S  # with incremental: how long a silent run in flight keeps its samples
     plan_lock: PlanLockPolicy = field(default_factory=PlanLockPolicy)
-    claim: bool = True  # False for a dry run: a plan that is never generated holds no samples
+    dry_run: bool = False  # plan only: the orchestrator generates nothing
     canary_max_new_tokens: int = 4096
     preflight_wait_s: float = settings.WAIT_READY_S
     front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
     min_endpoints: int | str | None = None  # endpoints that must pass preflight, a count or a share ("50%")
+
+    @property
+    def claim(self) -> bool:
+        """Whether the plan claims its samples: a dry run's plan is never generated, so it holds none."""
+        return not self.dry_run
 
 
 @dataclass
@@ -342,6 +347,7 @@ async def generate_pending(
         options.content_breaker,
         journal,
         by=by,
+        front_end=options.front_end,
     )
     if options.balance not in BALANCE_POLICIES:
         raise ConfigError(f"unknown balance policy {options.balance!r}; known: {list(BALANCE_POLICIES)}")
@@ -447,7 +453,7 @@ def prepare_plan(
     if existing is UNREAD:
         existing = load_plan(root, run_id)
     if existing is not None:
-        check_same_tokenizer(run_id, existing.provenance, provenance, "run")
+        check_same_tokenizer(run_id, existing.provenance, provenance, "run", options.front_end)
         log.info("run %s: continuing the existing plan (%d shards)", run_id, len(existing.shards))
         return existing
     model = options.model or setup.profile.model
@@ -459,7 +465,7 @@ def prepare_plan(
     catalog = read_catalog(root, model, weight_version, options.per_weight_version) if options.incremental else None
     if catalog is not None:  # one tokenizer per output root (samples are known by prompt): refused before tokenizing
         for published, made_with in sorted(catalog.provenance.items()):
-            check_same_tokenizer(published, made_with, provenance, "published run")
+            check_same_tokenizer(published, made_with, provenance, "published run", options.front_end)
     skip = skip_published(catalog, model, setup.loaded.provenance(), settings_for) if catalog else None
 
     def choose(planned: list[PlannedKey], settings: dict[str, CategorySettings]) -> list[PlannedKey]:

@@ -26,13 +26,11 @@ from typing import Any
 
 from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.generation.checkpoint import CheckpointPolicy
-from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, withdraw_claim
+from eagle_datagen.generation.claims import withdraw_claim
 from eagle_datagen.generation.endpoint_check import preflight_run
 from eagle_datagen.generation.incremental import ClaimedElsewhere, NothingToDo
 from eagle_datagen.generation.plan import RunPlan, check_plan_matches, is_conversation_shard, load_plan
 from eagle_datagen.generation.publish import (
-    PublishOptions,
     ShardIncomplete,
     finalize_run,
     publish_shard,
@@ -43,7 +41,6 @@ from eagle_datagen.generation.stage import (
     UNREAD,
     RunOptions,
     RunSummary,
-    SamplingOverrides,
     StoredTally,
     Unread,
     canary_request,
@@ -55,10 +52,7 @@ from eagle_datagen.generation.stage import (
     resolve_thresholds,
 )
 from eagle_datagen.generation.takeover import check_claim_stands
-from eagle_datagen.inference.endpoints import BreakerPolicy
-from eagle_datagen.inference.liveness import LivenessPolicy
 from eagle_datagen.inference.preflight import ServerInfo
-from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.tokenizer_agreement import agreement_check
 from eagle_datagen.profile import load_profile
 from eagle_datagen.sources.collect import resolve_sources
@@ -67,75 +61,14 @@ from eagle_datagen.storage.manifest import read_manifest
 from eagle_datagen.storage.output_root import OutputRoot, open_output_root
 from eagle_datagen.tokenization.loader import load_tokenizer
 from eagle_datagen.tokenization.provenance import check_same_tokenizer
-from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup, setup_tokenize
+from eagle_datagen.tokenization.stage import TokenizeSetup, setup_tokenize
 from eagle_datagen.validation.diagnosis import parse_rates
-from eagle_datagen.validation.rules import ValidationLimits
 
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """Everything a run needs, as plain values (what a trigger form or a connection provides). Every field is
-    a setting of eagle_datagen/settings.py, where its default and its other front ends are declared."""
-
-    output: str
-    tokenizer: str
-    sglang_urls: list[str]
-    run_id: str
-    recipe: str | None = None
-    prompts: list[str] = dataclasses.field(default_factory=list)
-    categories: list[str] | None = None
-    profile: str = settings.PROFILE
-    model: str | None = None
-    limit: int | None = None
-    near_duplicate_threshold: float | None = None  # None: the recipe's near_duplicates
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    samples_per_prompt: int | None = None
-    turns: str | None = None  # last | each; None: the recipe's
-    shard_size: int = settings.SHARD_SIZE
-    concurrency: int | None = None
-    balance: str = settings.BALANCE
-    incremental: bool = False
-    per_weight_version: bool = False
-    claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
-    dry_run: bool = False  # plan only: the orchestrator generates nothing, so the plan claims no samples
-    draft_vocab_size: int = settings.DRAFT_VOCAB_SIZE
-    # {reason: highest acceptable share} over the recipe's max_rates and today's defaults (--max-rate)
-    max_rates: dict[str, float] = dataclasses.field(default_factory=dict)
-    max_attempts: int = settings.MAX_ATTEMPTS
-    canary: bool = True
-    trust_remote_code: bool = False
-    tiktoken_fast_path: bool = True
-    # The settings only the command line sets today (settings.py says why); the Airflow path keeps these
-    # defaults, and `options()` is the one place that turns settings into RunOptions for both.
-    seed: int | None = None  # None: the recipe's, else 0
-    max_reject_rate: float | None = None  # None: the recipe's, else 0.05
-    max_record_bytes: int = settings.MAX_RECORD_BYTES
-    max_prompt_tokens: int | None = None  # None: the recipe's
-    processes: int | None = None  # None: one per 2000 prompts
-    allow_special_token_text: bool | None = None  # None: the recipe's
-    prompts_format: str | None = None
-    prompts_columns: dict[str, str] = dataclasses.field(default_factory=dict)
-    prompts_history: str | None = None
-    benchmarks: list[str] = dataclasses.field(default_factory=list)
-    benchmark_ngram: int | None = None  # None: the recipe's, else 13
-    allow_model_mismatch: bool = False
-    top_k: int | None = None  # None: the recipe's, else off
-    request_timeout_s: float = settings.REQUEST_TIMEOUT_S
-    give_up_after_s: float = settings.GIVE_UP_AFTER_S
-    lost_after_s: float = settings.LOST_AFTER_S
-    wait_ready_s: float = settings.WAIT_READY_S
-    min_endpoints: int | str | None = None  # a count or a share ("50%"); None: the recipe's, else MIN_ENDPOINTS
-    checkpoint_every: int = settings.CHECKPOINT_EVERY
-    checkpoint_interval_s: float = settings.CHECKPOINT_INTERVAL_S
-    max_reasoning_tokens: int | None = None
-    # True when the user asked for draft_vocab_size: a run with fewer distinct tokens then fails instead of
-    # being published without a vocabulary (publish.PublishOptions).
-    draft_vocab_required: bool = False
-    front_end: str = "cli"  # "cli" or "airflow": messages name a setting as this front end calls it
+class _RunConfigMethods:
+    """What RunConfig does; its fields are the settings themselves (below)."""
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)  # every step builds storage keys from it, finalize included
@@ -153,65 +86,20 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def options(self) -> RunOptions:
-        return RunOptions(
-            prompts=TokenizeOptions(
-                output=self.output,
-                tokenizer=self.tokenizer,
-                prompts=self.prompts,
-                recipe=self.recipe,
-                profile=self.profile,
-                categories=self.categories,
-                limit=self.limit,
-                trust_remote_code=self.trust_remote_code,
-                tiktoken_fast_path=self.tiktoken_fast_path,
-                near_duplicate_threshold=self.near_duplicate_threshold,
-                max_prompt_tokens=self.max_prompt_tokens,
-                max_reject_rate=self.max_reject_rate,
-                max_record_bytes=self.max_record_bytes,
-                seed=self.seed,
-                processes=self.processes,
-                allow_special_token_text=self.allow_special_token_text,
-                prompts_format=self.prompts_format,
-                prompts_columns=dict(self.prompts_columns),
-                prompts_history=self.prompts_history,
-                benchmarks=list(self.benchmarks),
-                benchmark_ngram=self.benchmark_ngram,
-            ),
-            sglang_urls=self.sglang_urls,
-            run_id=self.run_id,
-            model=self.model,
-            allow_model_mismatch=self.allow_model_mismatch,
-            sampling=SamplingOverrides(
-                max_new_tokens=self.max_new_tokens,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                top_k=self.top_k,
-                samples_per_prompt=self.samples_per_prompt,
-                turns=self.turns,
-            ),
-            shard_size=self.shard_size,
-            concurrency=self.concurrency,
-            balance=self.balance,
-            retry=RetryPolicy(max_attempts=self.max_attempts, request_timeout_s=self.request_timeout_s),
-            breaker=BreakerPolicy(give_up_after_s=self.give_up_after_s),
-            liveness=LivenessPolicy(lost_after_s=self.lost_after_s),
-            checkpoint=CheckpointPolicy(max_samples=self.checkpoint_every, max_age_s=self.checkpoint_interval_s),
-            canary=self.canary,
-            incremental=self.incremental,
-            per_weight_version=self.per_weight_version,
-            claim_ttl_s=self.claim_ttl_s,
-            claim=not self.dry_run,
-            preflight_wait_s=self.wait_ready_s,
-            front_end=self.front_end,
-            min_endpoints=self.min_endpoints,
-            publish=PublishOptions(
-                limits=ValidationLimits(max_reasoning_tokens=self.max_reasoning_tokens),
-                draft_vocab_size=self.draft_vocab_size,
-                draft_vocab_required=self.draft_vocab_required,
-                front_end=self.front_end,
-            ),
-            max_rates=dict(self.max_rates),
-        )
+        """The layers' options: each setting's value where its declaration's `option` says (settings.build_options)."""
+        return settings.build_options(RunOptions, self)
+
+
+# Everything a run needs, as plain values (what a trigger form or a connection provides): one field per setting
+# of eagle_datagen/settings.py that has a `config`, named, defaulted and documented there; keyword-only.
+RunConfig = dataclasses.make_dataclass(
+    "RunConfig",
+    settings.config_fields(),
+    bases=(_RunConfigMethods,),
+    namespace={"__module__": __name__, "__doc__": "A run's settings, one field per declared setting (settings.py)."},
+    frozen=True,
+    kw_only=True,
+)
 
 
 def _config(config: RunConfig | dict[str, Any]) -> RunConfig:
@@ -300,7 +188,8 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
             allow_model_mismatch=options.allow_model_mismatch,
             wait_s=options.preflight_wait_s,
             by="run" if isinstance(config, RunContext) else "preflight",
-            agreement=agreement_check(setup.loaded.tokenizer),
+            agreement=agreement_check(setup.loaded.tokenizer, options.front_end),
+            front_end=options.front_end,
         )
     )
     return [dataclasses.asdict(s) for s in servers]
@@ -325,7 +214,8 @@ def plan_step(config: RunConfig | dict[str, Any] | RunContext, servers: list[dic
     if existing is not None:
         sampling = category_settings(list(plan.categories), setup.recipe, setup.profile.sampling, ctx.options.sampling)
         model = ctx.options.model or setup.profile.model
-        check_plan_matches(plan, RunPlan(plan.run_id, model, plan.profile, sampling, plan.shards, plan.provenance))
+        wanted = RunPlan(plan.run_id, model, plan.profile, sampling, plan.shards, plan.provenance)
+        check_plan_matches(plan, wanted, ctx.options.front_end)
     ctx._plan = plan
     return {
         "run_id": plan.run_id,
@@ -364,7 +254,10 @@ def generate_step(
     if ctx._setup is not None:
         tokenizer = ctx._setup.loaded.tokenizer
     elif any(is_conversation_shard(plan, shard) for shard in shards):  # steps rendered with the run's tokenizer
-        tokenizer = load_tokenizer(options.prompts.tokenizer, profile, options.prompts.trust_remote_code).tokenizer
+        prompts = options.prompts
+        tokenizer = load_tokenizer(
+            prompts.tokenizer, profile, prompts.trust_remote_code, front_end=prompts.front_end
+        ).tokenizer
     tally = StoredTally()
     resumed, to_do, client = asyncio.run(
         generate_pending(

@@ -171,7 +171,7 @@ async def _get_json(session: aiohttp.ClientSession, url: str, path: str, fallbac
     return answer
 
 
-async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float) -> None:
+async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float, front_end: str = "cli") -> None:
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -183,7 +183,8 @@ async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float)
             problem = f"cannot connect ({type(exc).__name__}: {exc})"
         if time.monotonic() >= deadline:
             raise ConfigError(
-                f"SGLang at {url} is not ready: {problem}; start it, wait until it has loaded, or fix --sglang-url"
+                f"SGLang at {url} is not ready: {problem}; start it, wait until it has loaded, or fix "
+                + settings.named("sglang_urls", front_end)
             )
         await asyncio.sleep(1.0)
 
@@ -301,14 +302,19 @@ async def preflight_endpoint(
     canary_body: dict[str, Any] | None,
     allow_model_mismatch: bool = False,
     wait_s: float = settings.WAIT_READY_S,
+    front_end: str = "cli",  # messages name the settings as this front end calls them
 ) -> ServerInfo:
-    await _wait_healthy(session, url, wait_s)
+    await _wait_healthy(session, url, wait_s, front_end)
     model_info = await _get_json(session, url, "/get_model_info")
     served = str(model_info.get("model_path", ""))
     if not same_model(served, expected_model) and not allow_model_mismatch:
+        fixes = [f"point {settings.named('sglang_urls', front_end)} at the right server"]
+        fixes.append(f"set {settings.named('model', front_end)}")
+        if settings.offered("allow_model_mismatch", front_end):
+            fixes.append(f"pass {settings.named('allow_model_mismatch', front_end)}")
         raise ConfigError(
-            f"SGLang at {url} serves {served!r}, but this run is for {expected_model!r}: point --sglang-url at the "
-            "right server, set --model, or pass --allow-model-mismatch"
+            f"SGLang at {url} serves {served!r}, but this run is for {expected_model!r}: "
+            + (", ".join(fixes[:-1]) + ", or " + fixes[-1])
         )
     server_info = await _get_json(session, url, "/server_info", fallback="/get_server_info")
     check_not_watermarking(url, server_info)
@@ -363,6 +369,7 @@ async def judge_endpoints(
     canary_timeout_s: float = 600.0,
     min_endpoints: int = settings.MIN_ENDPOINTS,
     agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[dict[str, str]]] | None = None,
+    front_end: str = "cli",  # messages name the settings as this front end calls them (settings.named)
 ) -> EndpointVerdicts:
     """Preflight every endpoint; those that fail are left out with a warning. ConfigError (one line) when
     fewer than `min_endpoints` pass. A failure that looks like the run's own (RunLevelError: the canary of its
@@ -376,7 +383,7 @@ async def judge_endpoints(
     async def judged(session: aiohttp.ClientSession, url: str) -> ServerInfo | LeftOut:
         try:
             return await preflight_endpoint(
-                session, url, profile, expected_model, canary_body, allow_model_mismatch, wait_s
+                session, url, profile, expected_model, canary_body, allow_model_mismatch, wait_s, front_end
             )
         except ConfigError as exc:
             return LeftOut(url, str(exc), run_level=isinstance(exc, RunLevelError))
@@ -399,7 +406,7 @@ async def judge_endpoints(
         reasons = "; ".join(f"{x.url}: {x.reason}" for x in left_out) or "none"
         raise ConfigError(
             f"{len(servers)} of {len(urls)} SGLang endpoints passed preflight, fewer than the {min_endpoints} "
-            f"required (--min-endpoints); left out: {reasons}"
+            f"required ({settings.named('min_endpoints', front_end)}); left out: {reasons}"
         )
     for x in left_out:
         log.warning(

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from eagle_datagen import settings
 from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.preflight import RunLevelError
 from eagle_datagen.tokenization.canaries import CANARIES
@@ -57,7 +58,15 @@ def first_difference(client: list[int], server: list[int]) -> int | None:
     return None if len(client) == len(server) else min(len(client), len(server))
 
 
-RUN_FIX = "point --tokenizer at the folder the server loads (with --trust-remote-code where it ships code)"
+def run_fix(front_end: str = "cli") -> str:
+    """What to do when no endpoint serves the client's tokenizer, in the words of the front end that runs."""
+    return (
+        f"point {settings.named('tokenizer', front_end)} at the folder the server loads (with "
+        f"{settings.named('trust_remote_code', front_end)} where it ships code)"
+    )
+
+
+RUN_FIX = run_fix()
 REPLICA_FIX = "the other endpoints agree with the client: this one serves another tokenizer"
 
 
@@ -175,7 +184,7 @@ async def check_endpoint_agreement(
     return EndpointAgreement(url, "agrees")
 
 
-def agreement_check(tokenizer: Any) -> AgreementCheck:
+def agreement_check(tokenizer: Any, front_end: str = "cli") -> AgreementCheck:
     """The preflight hook: every endpoint's tokenizer against the client's. Returns the endpoints to leave out,
     with why; raises RunLevelError when every endpoint that could be compared disagrees."""
 
@@ -187,7 +196,7 @@ def agreement_check(tokenizer: Any) -> AgreementCheck:
             by_verdict.setdefault(verdict.verdict, []).append(verdict)
         mismatched, agreeing = by_verdict.get("mismatch", []), by_verdict.get("agrees", [])
         if mismatched and not agreeing:  # no endpoint agrees: the client's tokenizer is not the served one
-            raise RunLevelError(mismatched[0].describe(tokenizer, RUN_FIX))
+            raise RunLevelError(mismatched[0].describe(tokenizer, run_fix(front_end)))
         if by_verdict.get("skipped"):
             log.warning("tokenizer agreement check skipped: %s", "; ".join(v.why for v in by_verdict["skipped"]))
         if agreeing:

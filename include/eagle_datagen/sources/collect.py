@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError, RejectRateExceeded
 from eagle_datagen.progress import Progress
 from eagle_datagen.records import (
@@ -489,10 +490,12 @@ def _filter_reject(record: PromptRecord, reason: str, detail: str, benchmark: st
     )
 
 
-def check_reject_rate(collected: CollectedPrompts | StreamedPrompts, max_rate: float, rejects_at: str) -> None:
+def check_reject_rate(
+    collected: CollectedPrompts | StreamedPrompts, max_rate: float, rejects_at: str, front_end: str = "cli"
+) -> None:
     if collected.reject_rate > max_rate:
         raise RejectRateExceeded(
             f"{collected.invalid} of {collected.records_read} prompt records were rejected "
             f"({collected.reject_rate:.1%}, limit {max_rate:.1%}); see the reasons in {rejects_at}, "
-            "then fix the sources or raise --max-reject-rate"
+            f"then fix the sources or raise {settings.named('max_reject_rate', front_end)}"
         )

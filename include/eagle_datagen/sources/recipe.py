@@ -61,11 +61,11 @@ class _Strict(BaseModel):
 class SamplingParams(_Strict):
     """SGLang sampling parameters a recipe may set (`sampling_seed` is derived per sample, not set here)."""
 
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    temperature: float | None = Field(None, **settings.bounds_of("temperature"))
+    top_p: float | None = Field(None, **settings.bounds_of("top_p"))
     top_k: int | None = Field(None, ge=-1)  # -1 turns it off; 0 is refused by SGLang
-    min_p: float | None = Field(None, ge=0.0, le=1.0)
-    max_new_tokens: int | None = Field(None, gt=0)
+    min_p: float | None = Field(None, **settings.bounds_of("min_p"))
+    max_new_tokens: int | None = Field(None, **settings.bounds_of("max_new_tokens"))
 
     @field_validator("top_k")
     @classmethod
@@ -82,7 +82,7 @@ class SamplingParams(_Strict):
 
 class SourceSpec(_Strict):
     path: str = Field(min_length=1)
-    max_prompts: int | None = Field(None, gt=0)
+    max_prompts: int | None = Field(None, **settings.bounds_of("source_max_prompts"))
     format: FormatName | None = None  # None: detected per record (sources/formats.py)
     columns: dict[str, str] = Field(default_factory=dict)  # format field -> the source's column
     history: HistoryPolicy | None = None  # earlier assistant replies: keep (default) or drop
@@ -112,11 +112,11 @@ Turns = Literal[TURNS]  # type: ignore[valid-type]
 
 class CategorySpec(_Strict):
     sources: list[SourceSpec] = Field(min_length=1)
-    max_prompts: int | None = Field(None, gt=0)
-    samples_per_prompt: int | None = Field(None, gt=0, le=64)
+    max_prompts: int | None = Field(None, **settings.bounds_of("max_prompts"))
+    samples_per_prompt: int | None = Field(None, **settings.bounds_of("samples_per_prompt"))
     turns: Turns | None = None
-    max_tool_steps: int | None = Field(None, ge=0, le=256)
-    max_prompt_tokens: int | None = Field(None, gt=0)
+    max_tool_steps: int | None = Field(None, **settings.bounds_of("max_tool_steps"))
+    max_prompt_tokens: int | None = Field(None, **settings.bounds_of("max_prompt_tokens"))
     sampling: SamplingParams | None = None
 
     @field_validator("sources", mode="before")
@@ -132,7 +132,7 @@ class CategorySpec(_Strict):
 class Decontamination(_Strict):
     """Reject prompts whose user text shares an n-gram of `ngram` words with a benchmark item, or equals one."""
 
-    ngram: int = Field(DEFAULT_NGRAM, ge=4, le=64)
+    ngram: int = Field(DEFAULT_NGRAM, **settings.bounds_of("benchmark_ngram"))
     benchmarks: list[BenchmarkSource] = Field(default_factory=list)
 
 
@@ -140,9 +140,9 @@ class NearDuplicates(_Strict):
     """Reject prompts whose MinHash similarity (over shingles of `shingle_words` words) to a prompt kept before
     them is at least `threshold`."""
 
-    threshold: float = Field(DEFAULT_THRESHOLD, gt=0.0, le=1.0)
-    shingle_words: int = Field(DEFAULT_SHINGLE_WORDS, ge=1, le=16)
-    num_perm: int = Field(DEFAULT_NUM_PERM, ge=16, le=1024)
+    threshold: float = Field(DEFAULT_THRESHOLD, **settings.bounds_of("near_duplicate_threshold"))
+    shingle_words: int = Field(DEFAULT_SHINGLE_WORDS, **settings.bounds_of("near_duplicate_shingle_words"))
+    num_perm: int = Field(DEFAULT_NUM_PERM, **settings.bounds_of("near_duplicate_num_perm"))
 
 
 class Defaults(_Strict):
@@ -150,10 +150,12 @@ class Defaults(_Strict):
     is left unset, so that what the recipe does not set comes from the model profile, then settings.py
     (settings.PRECEDENCE, applied by generation/stage.category_settings)."""
 
-    samples_per_prompt: int = Field(settings.default_of("samples_per_prompt"), gt=0, le=64)
+    samples_per_prompt: int = Field(
+        settings.default_of("samples_per_prompt"), **settings.bounds_of("samples_per_prompt")
+    )
     turns: Turns = settings.default_of("turns")
-    max_tool_steps: int = Field(settings.default_of("max_tool_steps"), ge=0, le=256)
-    max_prompt_tokens: int = Field(settings.default_of("max_prompt_tokens"), gt=0)
+    max_tool_steps: int = Field(settings.default_of("max_tool_steps"), **settings.bounds_of("max_tool_steps"))
+    max_prompt_tokens: int = Field(settings.default_of("max_prompt_tokens"), **settings.bounds_of("max_prompt_tokens"))
     sampling: SamplingParams = SamplingParams()
 
 
@@ -162,7 +164,7 @@ class Recipe(_Strict):
     # Part of the Airflow asset URIs (eagle-datagen://<name>/<category>): a plain name, no path.
     name: str = Field("recipe", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     seed: int = settings.default_of("seed")
-    max_reject_rate: float = Field(settings.default_of("max_reject_rate"), ge=0.0, le=1.0)
+    max_reject_rate: float = Field(settings.default_of("max_reject_rate"), **settings.bounds_of("max_reject_rate"))
     # Literal special-token text in a record (a user typing <|im_end|>) forges turn boundaries; such
     # records are rejected (special_token_text) unless this is true. See docs/security.md.
     allow_special_token_text: bool = False

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.tokenization import tiktoken_path
@@ -133,7 +134,7 @@ def _hub_auto_map_class(path: str) -> str | None:
     return str(names[0]) if names else None
 
 
-def _auto_tokenizer(path: str, trust_remote_code: bool, where: str) -> tuple[Any, str | None]:
+def _auto_tokenizer(path: str, trust_remote_code: bool, where: str, front_end: str = "cli") -> tuple[Any, str | None]:
     """The tokenizer and, when the folder ships its own code, its `module.Class`."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # silence "PyTorch was not found"
     local = Path(path).expanduser()
@@ -141,7 +142,7 @@ def _auto_tokenizer(path: str, trust_remote_code: bool, where: str) -> tuple[Any
         raise ConfigError(f"tokenizer directory not found: {path} (give the model's directory or hub id)")
     class_ref = auto_map_class(local) if local.is_dir() else _hub_auto_map_class(path)
     if class_ref and not trust_remote_code:  # before transformers, which would fall back to a built-in class
-        raise refuse_without_flag(where if where == path else f"{where} ({path})", class_ref)
+        raise refuse_without_flag(where if where == path else f"{where} ({path})", class_ref, front_end)
     from transformers import AutoTokenizer
 
     try:
@@ -158,7 +159,8 @@ def _auto_tokenizer(path: str, trust_remote_code: bool, where: str) -> tuple[Any
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
             raise ConfigError(
-                f"tokenizer {path} runs its own code: pass --trust-remote-code if you trust its source"
+                f"tokenizer {path} runs its own code: set {settings.named('trust_remote_code', front_end)} if "
+                "you trust its source"
             ) from None
         raise ConfigError(f"cannot load tokenizer {path}: {' '.join(str(exc).split())[:300]}") from None
     except OSError as exc:
@@ -246,11 +248,12 @@ def load_tokenizer(
     trust_remote_code: bool = False,
     announce: bool = True,
     tiktoken_fast_path: bool = True,
+    front_end: str = "cli",  # its messages name settings as this front end calls them
 ) -> LoadedTokenizer:
     """Load and check the tokenizer; `announce=False` (worker processes) keeps the log to the parent's lines.
     `tiktoken_fast_path`: encode through the tokenizer's tiktoken.Encoding where that is proven the same."""
     path = resolve_tokenizer_path(spec)
-    tokenizer, class_ref = _auto_tokenizer(path, trust_remote_code, spec)
+    tokenizer, class_ref = _auto_tokenizer(path, trust_remote_code, spec, front_end)
     beyond = check_tokenizer(tokenizer, profile, spec)
     local = Path(path).expanduser()
     files: dict[str, str] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 
 COMPARED = (  # the most telling first: the first difference is the one named
@@ -36,10 +37,12 @@ def tokenizer_change(planned: dict[str, Any], current: dict[str, Any]) -> str | 
     return None
 
 
-def check_same_tokenizer(run_id: str, planned: dict[str, Any], current: dict[str, Any], what: str) -> None:
+def check_same_tokenizer(
+    run_id: str, planned: dict[str, Any], current: dict[str, Any], what: str, front_end: str = "cli"
+) -> None:
     change = tokenizer_change(planned, current)
     if change is not None:
         raise ConfigError(
             f"{what} {run_id} was made with another tokenizer than this one ({change} changed): use the tokenizer "
-            "it was made with, or start a new --run-id under another output"
+            f"it was made with, or {settings.new_run_hint(front_end)} under another output"
         )

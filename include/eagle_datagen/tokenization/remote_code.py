@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 
 _MISSING_PACKAGES = re.compile(r"packages that were not found in your environment: ([\w\-., ]+?)\. Run")
@@ -39,10 +40,13 @@ def auto_map_class(folder: Path) -> str | None:
     return str(names[0]) if names else None
 
 
-def refuse_without_flag(where: str, class_ref: str) -> ConfigError:
+def refuse_without_flag(where: str, class_ref: str, front_end: str = "cli") -> ConfigError:
+    """The refusal, naming the setting as the running front end calls it (a flag, or the connection's extra)."""
+    setting = settings.named("trust_remote_code", front_end)
+    how = f"pass {setting}" if front_end == "cli" else f"set {setting} to true"
     return ConfigError(
-        f"tokenizer {where} ships its own code ({class_ref}): pass --trust-remote-code (in Airflow, the "
-        "connection extra trust_remote_code: true) to tokenize with it; it is never replaced by a built-in class"
+        f"tokenizer {where} ships its own code ({class_ref}): {how} to tokenize with it; it is never replaced by "
+        "a built-in class"
     )
 
 

@@ -70,6 +70,7 @@ class TokenizeOptions:
     benchmarks: list[str] = field(default_factory=list)
     benchmark_ngram: int | None = None  # None: the recipe's, else 13
     near_duplicate_threshold: float | None = None  # None: the recipe's setting (off unless it has one)
+    front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
 
 
 @dataclass
@@ -133,7 +134,11 @@ def setup_tokenize(options: TokenizeOptions) -> TokenizeSetup:
     )
     filters = prompt_filters(options, recipe)
     loaded = load_tokenizer(
-        options.tokenizer, profile, options.trust_remote_code, tiktoken_fast_path=options.tiktoken_fast_path
+        options.tokenizer,
+        profile,
+        options.trust_remote_code,
+        tiktoken_fast_path=options.tiktoken_fast_path,
+        front_end=options.front_end,
     )
     max_reject_rate = options.max_reject_rate
     if max_reject_rate is None:
@@ -248,7 +253,7 @@ def stream_and_tokenize(
     with streamed:
         if streamed.reject_rate > setup.max_reject_rate:  # stop before tokenizing, but keep the reasons
             write_rejects(root, rejects_key, streamed.rejects)
-            check_reject_rate(streamed, setup.max_reject_rate, root.location(rejects_key))
+            check_reject_rate(streamed, setup.max_reject_rate, root.location(rejects_key), setup.options.front_end)
         spool = TokenizedSpool(conversations(streamed.category_order) if conversations else ())
         try:
             records = streamed.records()
@@ -286,7 +291,10 @@ def stream_and_tokenize(
     try:
         write_rejects(root, rejects_key, result.rejects)
         check_reject_rate(
-            CollectedPrompts([], result.rejects, result.counts), setup.max_reject_rate, root.location(rejects_key)
+            CollectedPrompts([], result.rejects, result.counts),
+            setup.max_reject_rate,
+            root.location(rejects_key),
+            setup.options.front_end,
         )
     except BaseException:
         spool.close()
@@ -311,7 +319,7 @@ def collect_and_tokenize(
     )
     if collected.reject_rate > setup.max_reject_rate:  # stop before tokenizing, but keep the reasons
         write_rejects(root, rejects_key, collected.rejects)
-        check_reject_rate(collected, setup.max_reject_rate, root.location(rejects_key))
+        check_reject_rate(collected, setup.max_reject_rate, root.location(rejects_key), setup.options.front_end)
     result = tokenize_prompts(
         setup.loaded,
         collected.prompts,
@@ -331,7 +339,7 @@ def collect_and_tokenize(
     rejects = collected.rejects + result.rejects
     write_rejects(root, rejects_key, rejects)
     everything = CollectedPrompts(collected.prompts, rejects, collected.counts)
-    check_reject_rate(everything, setup.max_reject_rate, root.location(rejects_key))
+    check_reject_rate(everything, setup.max_reject_rate, root.location(rejects_key), setup.options.front_end)
     return collected, result, rejects
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.validation.rules import REASONS
@@ -92,6 +93,10 @@ def _tok(profile: ModelProfile | None, name: str, fallback: str) -> str:
     return f"{token.text} ({token.id})"
 
 
+def _named(name: str, front_end: str) -> str:
+    return settings.named(name, front_end)
+
+
 def _sampling(profile: ModelProfile | None) -> str:
     if profile is None or not profile.sampling:
         return "check sampling (temperature/top_p): use the model's recommended values"
@@ -100,91 +105,94 @@ def _sampling(profile: ModelProfile | None) -> str:
 
 
 # reason -> (what the samples show, the likely cause and the fix); `p` is None without a profile.
-_MESSAGES: dict[str, Callable[[ModelProfile | None], tuple[str, str]]] = {
-    "request_error": lambda p: (
+_MESSAGES: dict[str, Callable[[ModelProfile | None, str], tuple[str, str]]] = {
+    "request_error": lambda p, f: (
         "of requests failed permanently (request_error)",
         "SGLang rejected them (HTTP 400: prompts longer than the context, or bad sampling values): read the "
-        "error column of the quarantined rows and fix --max-prompt-tokens or the sampling flags",
+        f"error column of the quarantined rows and fix {_named('max_prompt_tokens', f)} or the sampling",
     ),
-    "finish_abort": lambda p: (
+    "finish_abort": lambda p, f: (
         "of requests were aborted by the server (finish_reason abort)",
-        "it is overloaded or restarting: check its logs, lower --concurrency, and rerun with the same --run-id",
+        f"it is overloaded or restarting: check its logs, lower {_named('concurrency', f)}, and "
+        + settings.resume_hint(f),
     ),
-    "finish_length": lambda p: (
+    "finish_length": lambda p, f: (
         "of samples hit max_new_tokens (finish_reason length)",
-        "raise --max-new-tokens (reasoning traces are long)",
+        f"raise {_named('max_new_tokens', f)} (reasoning traces are long)",
     ),
-    "prompt_suffix": lambda p: (
+    "prompt_suffix": lambda p, f: (
         f"of prompts do not end in {p.describe_suffix() if p else 'the profile prompt suffix'}",
         f"the tokenizer's template does not end prompts in {_tok(p, 'think_start', '<think>')} as the profile "
-        "expects: wrong --tokenizer or --profile",
+        f"expects: the tokenizer or the profile is wrong (check {_named('tokenizer', f)} and {_named('profile', f)})",
     ),
-    "prompt_tokens_mismatch": lambda p: (
+    "prompt_tokens_mismatch": lambda p, f: (
         "of samples report prompt_tokens different from the number of prompt ids sent",
         "the server (or a proxy in front of it) did not process the input_ids as sent: send them to SGLang's "
         "native /generate, through the SGLang router at most",
     ),
-    "completion_tokens_mismatch": lambda p: (
+    "completion_tokens_mismatch": lambda p, f: (
         "of samples have a number of output_ids different from completion_tokens",
         "the server returns ids it did not generate (the prompt-echo bug of SGLang 0.5.0-0.5.4): upgrade SGLang",
     ),
-    "prompt_echo": lambda p: (
+    "prompt_echo": lambda p, f: (
         "of samples have output_ids that start with the prompt's tail",
         "SGLang 0.5.0-0.5.4 has this bug: upgrade SGLang",
     ),
-    "id_out_of_range": lambda p: (
+    "id_out_of_range": lambda p, f: (
         f"of samples carry ids beyond the vocabulary{f' of {p.model} ({p.vocab_size})' if p else ''}",
-        "the server serves another model: check its /get_model_info against --model and --profile",
+        f"the server serves another model: check its /get_model_info against {_named('model', f)} and "
+        + _named("profile", f),
     ),
-    "no_eos": lambda p: (
+    "no_eos": lambda p, f: (
         f"of samples stopped without the EOS {_tok(p, 'eos', '')}".rstrip(),
         "the server stops on other tokens (stop strings or stop_token_ids) or serves another model: send no "
-        "stop settings and check --profile against the served model",
+        f"stop settings and check {_named('profile', f)} against the served model",
     ),
-    "think_start_in_output": lambda p: (
+    "think_start_in_output": lambda p, f: (
         f"of samples contain {_tok(p, 'think_start', '<think>')} in the output",
         "the model generated <think> although the prompt ends in it: is the chat template the model's own? "
-        "Check --tokenizer and --profile",
+        f"Check {_named('tokenizer', f)} and {_named('profile', f)}",
     ),
-    "missing_think_start": lambda p: (
+    "missing_think_start": lambda p, f: (
         f"of samples have no {_tok(p, 'think_start', '<think>')}",
         "the model did not think, or the server strips think tokens: enable thinking in the chat template and "
         "restart SGLang without --reasoning-parser",
     ),
-    "multiple_think_start": lambda p: (
+    "multiple_think_start": lambda p, f: (
         f"of samples contain {_tok(p, 'think_start', '<think>')} more than once",
         f"the model re-opens its reasoning: {_sampling(p)}; is the chat template the model's own?",
     ),
-    "missing_think_end": lambda p: (
+    "missing_think_end": lambda p, f: (
         f"of samples have no {_tok(p, 'think_end', '</think>')}",
         "the server seems to strip think tokens: is --reasoning-parser set? Restart SGLang without it",
     ),
-    "multiple_think_end": lambda p: (
+    "multiple_think_end": lambda p, f: (
         f"of samples contain {_tok(p, 'think_end', '</think>')} more than once",
         f"the model closes its reasoning twice: {_sampling(p)}; is the chat template the model's own?",
     ),
-    "think_end_before_start": lambda p: (
+    "think_end_before_start": lambda p, f: (
         f"of samples have {_tok(p, 'think_end', '</think>')} before {_tok(p, 'think_start', '<think>')}",
-        "the outputs do not have the profile's format: check --profile against the served model",
+        f"the outputs do not have the profile's format: check {_named('profile', f)} against the served model",
     ),
-    "empty_answer": lambda p: (
+    "empty_answer": lambda p, f: (
         f"of samples end right after {_tok(p, 'think_end', '</think>')} with no answer",
         f"the model stops after reasoning: {_sampling(p)}; is the chat template the model's own?",
     ),
-    "runaway_thinking": lambda p: (
+    "runaway_thinking": lambda p, f: (
         "of samples reason for more than max_reasoning_tokens",
         f"raise the limit if such traces are wanted, else {_sampling(p)}",
     ),
-    "repetition_loop": lambda p: (
+    "repetition_loop": lambda p, f: (
         "of samples end in a repetition loop",
         f"the model degenerates: {_sampling(p)}",
     ),
 }
 
 
-def explain(reason: str, profile: ModelProfile | None = None) -> tuple[str, str]:
-    """(what the samples show, the likely cause and its fix) of a reason code."""
-    return _MESSAGES[reason](profile)
+def explain(reason: str, profile: ModelProfile | None = None, front_end: str = "cli") -> tuple[str, str]:
+    """(what the samples show, the likely cause and its fix) of a reason code; the fix names settings as the
+    front end that runs calls them (settings.named)."""
+    return _MESSAGES[reason](profile, front_end)
 
 
 def _percent(count: int, total: int) -> str:
@@ -196,6 +204,7 @@ def diagnose(
     total: int,
     thresholds: DiagnosisThresholds = DiagnosisThresholds(),
     profile: ModelProfile | None = None,
+    front_end: str = "cli",
 ) -> list[str]:
     """One line per violated threshold (in REASONS order): how many samples, the likely cause, the fix.
 
@@ -212,7 +221,7 @@ def diagnose(
             continue
         if count / total_seen <= limit:
             continue
-        what, fix = _MESSAGES[reason](profile)
+        what, fix = _MESSAGES[reason](profile, front_end)
         allowed = "none allowed" if limit == 0.0 else f"at most {100.0 * limit:.3g}% allowed"
         lines.append(f"{_percent(count, total_seen)} ({count}/{total_seen}) {what}, {allowed}: {fix}")
     return lines
@@ -223,8 +232,9 @@ def check_run(
     total: int,
     thresholds: DiagnosisThresholds = DiagnosisThresholds(),
     profile: ModelProfile | None = None,
+    front_end: str = "cli",
 ) -> None:
     """Raise ValidationFailed (one line, diagnoses joined by '; ') when any threshold is violated."""
-    lines = diagnose(reason_counts, total, thresholds, profile)
+    lines = diagnose(reason_counts, total, thresholds, profile, front_end)
     if lines:
         raise ValidationFailed(lines)

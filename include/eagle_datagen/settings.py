@@ -715,6 +715,24 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         bounds=Bounds(0, above=True),
     ),
     Setting(
+        "drain_hedge",
+        True,
+        "at a run's end the replicas that fell idle cost the same whether they work or not: a copy of the run's "
+        "slowest requests there can only shorten the wait for them",
+        cli="--no-drain-hedge",
+        flag=Flag(
+            SGLANG,
+            help=(
+                "once the run has handed out its last request, do not copy its slowest requests in flight (over 2x "
+                "the run's median answer time) to replicas that fell idle (inference/liveness.py)"
+            ),
+        ),
+        airflow="extra:drain_hedge",
+        config="drain_hedge",
+        option="liveness.drain_hedge",
+        only=_DEPLOYMENT,
+    ),
+    Setting(
         "give_up_after",
         GIVE_UP_AFTER_S,
         "10 minutes of every endpoint failing is an outage, not a blip",
@@ -1293,6 +1311,8 @@ OPTION_TUNINGS = frozenset(
         "liveness.failures_to_probe",
         "liveness.probe_failures",
         "liveness.request_timeout_s",
+        "liveness.drain_hedge_factor",  # the drain hedge's threshold (inference/liveness.py)
+        "liveness.drain_hedge_min_s",
         "content_breaker",  # the sick-endpoint statistics (inference/content_breaker.py)
         "plan_lock",  # the planners' lock timing (generation/plan_lock.py)
         "canary_max_new_tokens",
@@ -1423,6 +1443,7 @@ def reference_table() -> str:
 _FROM_FRONT_END = {  # the few settings whose front-end value is not the setting's value itself
     "canary": lambda no_canary: not no_canary,  # --no-canary
     "tiktoken_fast_path": lambda no_fast_path: not no_fast_path,  # --no-tiktoken-fast-path
+    "drain_hedge": lambda no_drain_hedge: not no_drain_hedge,  # --no-drain-hedge
     "prompts_column": dict,  # --prompts-column FIELD=COLUMN pairs
     "max_rates": dict,  # --max-rate REASON=RATE pairs, or the form's object
 }

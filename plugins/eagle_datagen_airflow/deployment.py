@@ -8,7 +8,8 @@ optionally `profile`, `model`, `trust_remote_code` (else EAGLE_DATAGEN_TRUST_REM
 with the tokenizer), `tiktoken_fast_path` (false: encode every prompt through the tokenizer's own call),
 `concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`: how requests spread over
 several replica URLs; docs/prefix_cache.md) and `lost_after` (seconds a server may count fewer requests than the
-run has there before they are called lost: inference/liveness.py). For example
+run has there before they are called lost: inference/liveness.py) and `drain_hedge` (false: no copies of a run's
+slowest last requests on replicas that fell idle). For example
 
     AIRFLOW_CONN_SGLANG_DEFAULT='{"conn_type": "http", "host": "sglang", "port": 30000,
                                   "extra": {"tokenizer": "/models/Kimi-K2.5", "trust_remote_code": true}}'
@@ -47,6 +48,7 @@ EXTRA_KEYS = {
     "concurrency",
     "balance",
     "lost_after",
+    "drain_hedge",
 }
 AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 REGION_VARIABLE = "AWS_DEFAULT_REGION"
@@ -65,6 +67,7 @@ class Deployment:
     concurrency: int | None = None
     balance: str = settings.default_of("balance")
     lost_after: float | None = None  # None: settings.LOST_AFTER_S
+    drain_hedge: bool = settings.default_of("drain_hedge")
 
 
 def sglang_deployment(conn_id: str) -> Deployment:
@@ -101,6 +104,7 @@ def sglang_deployment(conn_id: str) -> Deployment:
         concurrency=int(extra["concurrency"]) if extra.get("concurrency") else None,
         balance=str(extra.get("balance") or settings.default_of("balance")),
         lost_after=_seconds(conn_id, "lost_after", extra.get("lost_after")),
+        drain_hedge=_flag(extra.get("drain_hedge", settings.default_of("drain_hedge"))),
     )
 
 

@@ -5,7 +5,8 @@ training rows and writes them in the seed's order. Both hand `in_order` the stag
 place in the output (a permutation, computed from ids and counts only). When the file is small it is read and
 put in order at once; otherwise its rows are distributed, batch by batch, into bucket files that each hold a
 run of consecutive output places of at most about `budget` bytes (cut by the rows' sizes in output order), and
-each bucket is read and put in order in turn. Memory: one staged batch, one bucket, 16 bytes per row. The file is
+each bucket is read and put in order in turn. Memory: one staged batch, one bucket, about 24 bytes per row
+(a file of more than MAX_BUCKETS budgets gets larger buckets). The file is
 read, not memory-mapped, so what was read does not stay resident.
 """
 
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 BUDGET_BYTES = 64 * 2**20
+MAX_BUCKETS = 512  # files open at once while distributing; past BUDGET_BYTES x this, buckets grow instead
 _PLACE = "_output_place"
 
 
@@ -74,6 +76,7 @@ def in_order(staging: Path, place: np.ndarray, budget: int = BUDGET_BYTES) -> It
             table = pa.ipc.open_file(source).read_all()
         yield table.take(pa.array(order))
         return
+    budget = max(budget, -(-int(sizes.sum()) // MAX_BUCKETS))
     bucket_of_place = np.cumsum(sizes[order]) // max(budget, 1)  # a bucket: consecutive places, ~budget bytes
     del order
     bucket = bucket_of_place[place]

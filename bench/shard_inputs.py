@@ -31,7 +31,8 @@ def _prompt(rng: np.random.Generator, length: int) -> list[int]:
 
 
 def _output(rng: np.random.Generator, length: int, valid: bool) -> np.ndarray:
-    body = np.minimum((rng.pareto(0.7, max(1, length - 3)) * 7).astype(np.int64), 150_000)
+    # ids above 256 (CPython caches the small ints: lists of them would look smaller than real ones)
+    body = np.minimum(257 + (rng.pareto(0.7, max(1, length - 3)) * 7).astype(np.int64), 150_000)
     tail = [THINK_END, int(rng.integers(0, 50)), EOS] if valid else [int(rng.integers(0, 50)), 7, EOS]
     return np.concatenate([body, np.asarray(tail, dtype=np.int64)])[:length]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from eagle_datagen.conversation.driver import validation_row
 from eagle_datagen.errors import DataGenError
-from eagle_datagen.generation.checkpoint import checkpoint_prefix, load_checkpoint_index
+from eagle_datagen.generation.checkpoint import checkpoint_rows, load_checkpoint_index
 from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_key
 from eagle_datagen.inference.samples import SampleRequest
 from eagle_datagen.storage.output_root import OutputRoot
@@ -41,22 +41,6 @@ def _int_or_none(value: Any) -> int | None:
 
 def _incomplete(plan: RunPlan, index: int) -> ShardIncomplete:
     return ShardIncomplete(f"shard {index} of run {plan.run_id} still has samples to generate: finish it first")
-
-
-def _checkpoint_rows(root: OutputRoot, run_id: str, index: int) -> Iterator[dict[str, Any]]:
-    """The shard's checkpoint rows, first copy of each sample only, chunk by chunk in key order."""
-    seen: set[str] = set()
-    for key in root.list(checkpoint_prefix(run_id, index)):
-        if not key.endswith(".jsonl"):
-            continue
-        for line in root.read_bytes(key).splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:  # a chunk cut short by a crash: its complete lines still count
-                continue
-            if row["sample_id"] not in seen:
-                seen.add(row["sample_id"])
-                yield row
 
 
 def _batched(rows: Iterator[Placed]) -> Iterator[list[Placed]]:
@@ -97,7 +81,7 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
     if any(sample_id not in stored for sample_id in requests):
         raise _incomplete(plan, index)
     found = 0
-    for saved in _checkpoint_rows(root, plan.run_id, index):
+    for saved in checkpoint_rows(root, plan.run_id, index):
         entry = requests.get(saved["sample_id"])
         if entry is None:
             continue
@@ -145,7 +129,7 @@ def _step_place(ordinal: int, turn: int, seen: int) -> int:
 def _conversations(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed]:
     jobs = {job.conversation_id: (ordinal, job) for ordinal, job in enumerate(shard_conversations(root, plan, index))}
     last: dict[str, tuple[int, int, bool]] = {}  # conversation -> (turn, seen, ended) of its last step
-    for seen, saved in enumerate(_checkpoint_rows(root, plan.run_id, index)):
+    for seen, saved in enumerate(checkpoint_rows(root, plan.run_id, index)):
         step = saved.get("conversation")
         if step is None or step["conversation_id"] not in jobs:
             continue

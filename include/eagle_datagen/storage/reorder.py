@@ -5,8 +5,8 @@ training rows and writes them in the seed's order. Both hand `in_order` the stag
 place in the output (a permutation, computed from ids and counts only). When the file is small it is read and
 put in order at once; otherwise its rows are distributed, batch by batch, into bucket files that each hold a
 run of consecutive output places of at most about `budget` bytes (cut by the rows' sizes in output order), and
-each bucket is read and put in order in turn. Memory: one staged batch, one bucket, about 24 bytes per row
-(a file of more than MAX_BUCKETS budgets gets larger buckets). The file is
+each bucket is read and put in order in turn. Memory: one staged batch, a bucket twice (read, and put in order),
+about 24 bytes per row (a file of more than MAX_BUCKETS budgets gets larger buckets). The file is
 read, not memory-mapped, so what was read does not stay resident.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-BUDGET_BYTES = 64 * 2**20
+BUDGET_BYTES = 16 * 2**20
 MAX_BUCKETS = 512  # files open at once while distributing; past BUDGET_BYTES x this, buckets grow instead
 _PLACE = "_output_place"
 
@@ -61,23 +61,31 @@ def slices(table: pa.Table, max_rows: int, max_bytes: int) -> Iterator[pa.Table]
         start += length
 
 
-def in_order(staging: Path, place: np.ndarray, budget: int = BUDGET_BYTES) -> Iterator[pa.Table]:
+def in_order(
+    staging: Path, place: np.ndarray, budget: int = BUDGET_BYTES, cuts: np.ndarray | None = None
+) -> Iterator[pa.Table]:
     """The rows of the IPC file `staging` in output order: staged row i goes to place `place[i]` (a permutation
-    of 0..n-1). Tables come in output order, each at most one bucket; bucket files are made beside `staging`
-    and removed (as is nothing else: the caller owns `staging`)."""
+    of 0..n-1). Tables come in output order, one per bucket: of about `budget` bytes, or, with `cuts` (the sorted
+    places where a bucket starts, 0 first), exactly those runs of places (a writer's row groups). Bucket files
+    are made beside `staging` and removed (as is nothing else: the caller owns `staging`)."""
     n = len(place)
     if n == 0:
         return
     order = np.empty(n, dtype=np.int64)  # output place -> staged row
     order[place] = np.arange(n, dtype=np.int64)
     sizes = row_bytes(staging)
-    if int(sizes.sum()) <= budget:
+    if (int(sizes.sum()) <= budget) if cuts is None else len(cuts) == 1:
         with pa.OSFile(str(staging)) as source:
             table = pa.ipc.open_file(source).read_all()
-        yield table.take(pa.array(order))
+        ordered = table.take(pa.array(order))
+        del table  # not held while the caller works on the rows
+        yield ordered
         return
-    budget = max(budget, -(-int(sizes.sum()) // MAX_BUCKETS))
-    bucket_of_place = np.cumsum(sizes[order]) // max(budget, 1)  # a bucket: consecutive places, ~budget bytes
+    if cuts is None:  # a bucket: consecutive places, about budget bytes
+        budget = max(budget, -(-int(sizes.sum()) // MAX_BUCKETS))
+        bucket_of_place = np.cumsum(sizes[order]) // max(budget, 1)
+    else:
+        bucket_of_place = np.searchsorted(cuts, np.arange(n), side="right") - 1
     del order
     bucket = bucket_of_place[place]
     del bucket_of_place
@@ -108,7 +116,9 @@ def in_order(staging: Path, place: np.ndarray, budget: int = BUDGET_BYTES) -> It
             path.unlink()
             ordered = part.take(pa.array(np.argsort(part.column(_PLACE).to_numpy(), kind="stable")))
             del part
-            yield ordered.drop_columns([_PLACE])
+            ordered = ordered.drop_columns([_PLACE])
+            yield ordered
+            del ordered
     finally:
         for path in buckets:
             path.unlink(missing_ok=True)

@@ -2,11 +2,12 @@
 
 Rows arrive in batches, in any order, each with its place in the shard (publishing reads checkpoints in the
 order they were written). Each batch becomes a `samples_table` and is appended to a local Arrow IPC file; then
-`write_parquet` reads the rows back in their places' order (storage/reorder.py) and writes the Parquet file row
-group by row group, with `encode_shard`'s options: the same schema, compression and encodings, and the same
-rows per row group, which `encode_shard` derives from the whole table's Arrow size. That size is summed here
-batch by batch (`_ArrowSize`), as one table of all the rows would count it. Memory: one batch, one reorder
-bucket and one row group (ROW_GROUP_BYTES of Arrow data), whatever the shard's size.
+`write_parquet` reads the rows back in their places' order, a row group at a time (storage/reorder.py, a bucket
+per row group), and writes the Parquet file row group by row group, with `encode_shard`'s options: the same
+schema, compression and encodings, and the same rows per row group, which `encode_shard` derives from the whole
+table's Arrow size. That size is summed here batch by batch (`_ArrowSize`), as one table of all the rows would
+count it. Memory: one batch, and a row group (ROW_GROUP_BYTES of Arrow data) about three times over (read, put
+in order, its Parquet levels), whatever the shard's size.
 """
 
 from __future__ import annotations
@@ -64,11 +65,10 @@ class _ArrowSize:
 class StagedShard:
     """One shard file being built in `folder` (a local work folder the caller removes)."""
 
-    def __init__(self, folder: Path, quarantine: bool = False, budget: int | None = None) -> None:
+    def __init__(self, folder: Path, quarantine: bool = False) -> None:
         self.quarantine = quarantine
         self.schema = QUARANTINE_SCHEMA if quarantine else SAMPLE_SCHEMA
         self.staging = folder / ("quarantine.arrow" if quarantine else "data.arrow")
-        self.budget = budget  # None: reorder.BUDGET_BYTES
         self.rows = 0
         self._size = _ArrowSize()
         self._places: list[np.ndarray] = []
@@ -105,21 +105,8 @@ class StagedShard:
         options = shard_write_options(self.schema.names, group_rows)
         row_group_size = options.pop("row_group_size")
         with pq.ParquetWriter(str(target), self.schema, **options) as writer:
-            pending: list[pa.Table] = []
-            held = 0
-
-            def flush(count: int) -> None:
-                nonlocal pending, held
-                joined = pa.concat_tables(pending)
-                # one contiguous chunk per column, as encode_shard's table: pages cut where it cuts them
-                writer.write_table(joined.slice(0, count).combine_chunks(), row_group_size=row_group_size)
-                rest = joined.slice(count)
-                pending, held = ([rest] if rest.num_rows else []), rest.num_rows
-
-            for table in reorder.in_order(self.staging, rank, self.budget or reorder.BUDGET_BYTES) if self.rows else ():
-                pending.append(table)
-                held += table.num_rows
-                while held >= row_group_size:
-                    flush(row_group_size)
-            if held:
-                flush(held)
+            # a reorder bucket per row group: each comes in order as one table, one chunk per column as
+            # encode_shard's table has it (pages are cut where it cuts them), written as it is: no copy
+            cuts = np.arange(0, self.rows, row_group_size, dtype=np.int64)
+            for group in reorder.in_order(self.staging, rank, cuts=cuts):
+                writer.write_table(group.combine_chunks(), row_group_size=row_group_size)

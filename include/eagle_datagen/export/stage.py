@@ -36,8 +36,8 @@ from eagle_datagen.storage import reorder
 from eagle_datagen.storage.output_root import OutputRoot
 
 SHUFFLE_BATCH_ROWS = 4096
-SHUFFLE_BATCH_BYTES = 64 * 2**20  # ... and at most about this many bytes per batch handed to the writer
-SHUFFLE_BUCKET_BYTES = 128 * 2**20  # a shuffled export holds one bucket of rows at a time
+SHUFFLE_BATCH_BYTES = 16 * 2**20  # ... and at most about this many bytes per batch handed to the writer
+SHUFFLE_BUCKET_BYTES = 64 * 2**20  # a shuffled export holds one bucket of rows at a time (twice: read, in order)
 
 
 @dataclass(frozen=True)
@@ -143,8 +143,9 @@ def _shuffled(
             writer.close()
         with pa.OSFile(str(staging)) as source:  # read, not memory-mapped: pages do not stay resident
             reader = pa.ipc.open_file(source)
+            # copied: a zero-copy view would keep each whole batch (its ids) alive, the staging file in memory
             row_index = np.concatenate(
-                [reader.get_batch(i).column("row_index").to_numpy() for i in range(reader.num_record_batches)]
+                [reader.get_batch(i).column("row_index").to_numpy().copy() for i in range(reader.num_record_batches)]
             )
         order = shuffled_order(row_index, counts.rows_read, seed)  # output place -> staged row
         del row_index

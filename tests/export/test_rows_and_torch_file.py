@@ -193,3 +193,42 @@ def test_the_bounded_shuffle_gives_the_seeds_order_over_many_buckets(tmp_path):
         assert got.column("input_ids").to_pylist()[:3] == [[int(i), int(i) + 1] for i in expected[:3]]
         assert got.schema.names == ["row_index", "input_ids"]
         assert not list(tmp_path.iterdir())  # staging and buckets removed
+
+
+def test_the_shuffle_of_long_rows_makes_small_buckets_and_batches(tmp_path, monkeypatch):
+    """Rows of many tokens (a 28k-token answer is 450 KB as training rows): buckets and the batches handed to the
+    writer are cut by bytes, not by a row count, and the order is still the seed's."""
+    import numpy as np
+    import pyarrow as pa
+
+    from eagle_datagen.export import stage
+    from eagle_datagen.export.rows import RowCounts
+    from eagle_datagen.storage import reorder
+
+    monkeypatch.setattr(stage, "SHUFFLE_BATCH_BYTES", 50_000)
+    read = 300
+    kept = np.arange(0, read, 2)
+    tables = [
+        pa.table(
+            {
+                "row_index": pa.array(kept[s : s + 40], pa.int64()),
+                "input_ids": pa.array([[int(i)] * 2000 for i in kept[s : s + 40]], pa.list_(pa.int64())),
+            }
+        )
+        for s in range(0, len(kept), 40)
+    ]
+    buckets = []
+    original = reorder.in_order
+
+    def counting(staging, place, budget):
+        for bucket in original(staging, place, budget):
+            buckets.append(bucket.num_rows)
+            yield bucket
+
+    monkeypatch.setattr(reorder, "in_order", counting)
+    out = list(stage._shuffled(iter(tables), tmp_path / "staging.arrow", 3, RowCounts(rows_read=read), 200_000))
+    expected = kept[stage.shuffled_order(kept, read, 3)]
+    assert pa.concat_tables(out).column("row_index").to_numpy().tolist() == expected.tolist()
+    assert len(buckets) >= 10 and max(buckets) <= 13  # 200 KB buckets of 16 KB rows
+    assert max(t.num_rows for t in out) <= 4  # 50 KB batches
+    assert not list(tmp_path.iterdir())

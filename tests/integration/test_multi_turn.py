@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conversation_records import multi_turn_record, tool_loop_record
+from eagle_datagen.generation.plan import load_plan
+from eagle_datagen.generation.publish import data_key, quarantine_key
 from eagle_datagen.generation.stage import SamplingOverrides
 from eagle_datagen.generation.steps import (
     RunConfig,
@@ -21,10 +23,14 @@ from eagle_datagen.generation.steps import (
     preflight_step,
     run_generation,
 )
+from eagle_datagen.profile import load_profile
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
+from eagle_datagen.storage.output_root import LocalOutputRoot
 from eagle_datagen.tokenization.stage import TokenizeOptions
+from eagle_datagen.validation.rules import ValidationLimits
 from generation_runs import checkpointed_samples, run_cli, run_options
+from old_publish import old_shard_bytes
 
 from conftest import REPO, write_jsonl
 
@@ -127,6 +133,14 @@ def test_sigkill_mid_conversation_then_rerun_generates_every_step_exactly_once(t
     assert [(r["sample_id"], r["prompt_ids"], r["output_ids"]) for r in rows] == [
         (r["sample_id"], r["prompt_ids"], r["output_ids"]) for r in reference
     ]
+    # the bounded publisher wrote main's bytes for these conversation shards (steps out of order after the kill)
+    root = LocalOutputRoot(str(out))
+    plan = load_plan(root, "r")
+    for info in plan.shards:
+        expected = old_shard_bytes(root, plan, info.index, load_profile("kimi-k2.5"), ValidationLimits())
+        for key, want in zip((data_key, quarantine_key), expected, strict=True):
+            path = out / key("r", info.category, info.index)
+            assert (path.read_bytes() if path.exists() else None) == want
 
 
 def test_demo_multiturn_recipe_through_the_orchestrator_steps(tmp_path, sim):

@@ -184,3 +184,33 @@ def test_read_range_gives_the_bytes_asked_for_and_fewer_at_the_end(any_root):
 def test_reading_a_missing_key_is_file_not_found_on_every_root(any_root):
     with pytest.raises(FileNotFoundError):
         any_root.read_bytes("locks/nobody.json")
+
+
+@pytest.mark.slow
+def test_put_file_once_uploads_a_file_in_parts_and_keeps_put_once_s_rules(any_root, tmp_path, monkeypatch):
+    """A local file committed a part at a time (multipart on S3, a copy linked into place locally): the same
+    checksums as put_once of its bytes, a rerun is a no-op, other content is refused; local_copy reads it back."""
+    from eagle_datagen.storage.local_copy import local_copy
+    from eagle_datagen.storage.objects import put_file_once
+
+    monkeypatch.setattr(objects, "PART_SIZE", 5 * 1024 * 1024)  # S3's smallest part: 3 parts
+    data = hashlib.sha256(b"seed").digest() * (11 * 1024 * 1024 // 32)
+    path = tmp_path / "shard.parquet"
+    path.write_bytes(data)
+    stored = put_file_once(any_root, "data/x/part-00000.parquet", path)
+    assert stored == objects.StoredObject("data/x/part-00000.parquet", hashlib.sha256(data).hexdigest(), len(data))
+    assert put_file_once(any_root, "data/x/part-00000.parquet", path) == stored
+    assert put_once(any_root, "data/x/part-00000.parquet", data) == stored  # the same object, however it came
+    if isinstance(any_root, S3OutputRoot):
+        bucket, key = any_root.bucket_key("data/x/part-00000.parquet")
+        head = s3_root_client(any_root).head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        assert head["ChecksumSHA256"] == expected_s3_checksum(data, 5 * 1024 * 1024)
+    other = tmp_path / "other.parquet"
+    other.write_bytes(data[:-1] + b"!")
+    with pytest.raises(ObjectCollision, match="already holds other content"):
+        put_file_once(any_root, "data/x/part-00000.parquet", other)
+    with local_copy(any_root, "data/x/part-00000.parquet") as (copy, sha256):
+        assert sha256 == stored.sha256 and copy.read_bytes() == data
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    assert put_file_once(any_root, "data/x/empty", empty).size == 0 and any_root.read_bytes("data/x/empty") == b""

@@ -3,7 +3,7 @@
 Only files the manifest or release lists are read, each checked against its sha256 before use, so an
 unpublished or altered shard cannot leak into training data. A release drops the rows it lists as
 superseded (a sample id already seen in an earlier listed file, that is in a newer run), as it counted
-them. Shards are read one at a time, with only the columns the format needs.
+them. Shards are read one at a time, a row group at a time, with only the columns the format needs.
 """
 
 from __future__ import annotations
@@ -17,11 +17,15 @@ import pyarrow.parquet as pq
 
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.stats.draft_vocab import DraftVocab
+from eagle_datagen.storage.local_copy import local_copy
 from eagle_datagen.storage.manifest import manifest_key, read_manifest
 from eagle_datagen.storage.objects import sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot
-from eagle_datagen.storage.parquet import SAMPLE_SCHEMA, arrow_owned
+from eagle_datagen.storage.parquet import SAMPLE_SCHEMA
 from eagle_datagen.storage.releases import read_release, release_key
+from eagle_datagen.storage.reorder import slices
+
+BATCH_BYTES = 16 * 2**20  # of ids per table handed to export/rows.py
 
 
 @dataclass(frozen=True)
@@ -53,34 +57,40 @@ class ExportSource:
 
     def read_checked(self, entry: InputFile) -> bytes:
         data = self.root.read_bytes(entry.key)
-        if sha256_hex(data) != entry.sha256:
+        self._check(entry, sha256_hex(data))
+        return data
+
+    def _check(self, entry: InputFile, sha256: str) -> None:
+        if sha256 != entry.sha256:
             raise DataGenError(
                 f"{self.root.location(entry.key)} does not match the checksum its {self.kind} lists: "
                 "the store was altered; restore the file or publish the data again"
             )
-        return data
 
     def tables(self, columns: list[str]) -> Iterator[pa.Table]:
-        """One table per row group of each data file, in order, with `columns` (sample_id always read),
-        superseded release rows dropped: memory holds a file's compressed bytes (to check its sha256) and one
-        row group decoded, not a shard's rows."""
+        """Tables of at most about BATCH_BYTES from each data file's row groups, in order, with `columns`
+        (sample_id always read), superseded release rows dropped: memory holds one row group decoded, not a shard;
+        a file is read from a local copy (downloaded from S3 a part at a time), checked against its sha256 first."""
         wanted = list(dict.fromkeys(["sample_id", *columns]))
         seen: set[str] = set()
         for entry in self.files:
             exported = entry.category in self.categories
             names = wanted if exported else ["sample_id"]
             schema = pa.schema([SAMPLE_SCHEMA.field(name) for name in names])
-            parquet = pq.ParquetFile(pa.BufferReader(arrow_owned(self.read_checked(entry))))
-            for group in range(parquet.metadata.num_row_groups):
-                table = parquet.read_row_group(group, columns=names).cast(schema)
-                if self.kind == "release":  # the release kept the first row of each sample id, in its order
-                    ids = table.column("sample_id").to_pylist()
-                    keep = [sample_id not in seen for sample_id in ids]
-                    seen.update(ids)
-                    if not all(keep):
-                        table = table.filter(pa.array(keep))
-                if exported and table.num_rows:
-                    yield table
+            with local_copy(self.root, entry.key) as (path, sha256):
+                self._check(entry, sha256)
+                parquet = pq.ParquetFile(str(path), memory_map=False)
+                for group in range(parquet.metadata.num_row_groups):
+                    table = parquet.read_row_group(group, columns=names).cast(schema)
+                    if self.kind == "release":  # the release kept the first row of each sample id, in its order
+                        ids = table.column("sample_id").to_pylist()
+                        keep = [sample_id not in seen for sample_id in ids]
+                        seen.update(ids)
+                        if not all(keep):
+                            table = table.filter(pa.array(keep))
+                    if exported and table.num_rows:
+                        # training rows take ~36 bytes per token while built: a row group (~33M ids) in slices
+                        yield from slices(table, table.num_rows, BATCH_BYTES)
 
     @property
     def exported_files(self) -> list[InputFile]:

@@ -1,12 +1,13 @@
 """`eagle-datagen export`: a published run or release, in the format a trainer reads.
 
-Shards are read one at a time (export/source.py), turned into training rows in bulk (export/rows.py) and
-handed to the format's writer (export/formats.py). With a shuffle seed the rows first go to a staging
-Arrow file beside the target, memory-mapped and read back in the order `speculators prepare-data --seed`
-gives them (HF `datasets.shuffle`, a numpy `default_rng(seed).permutation`, of the rows read, then of the
-rows kept), so that a speculators export is row for row what prepare-data writes from the JSONL export.
-The draft vocabulary is the run's or release's own, or, with `draft_vocab_size`, built from the
-supervised tokens of the exported rows (cut as exported), counted as the trainers count them.
+Shards are read a row group at a time (export/source.py), turned into training rows in bulk (export/rows.py)
+and handed to the format's writer (export/formats.py). With a shuffle seed the rows first go to a staging
+Arrow file beside the target, read back in buckets (storage/reorder.py; never memory-mapped) in the order
+`speculators prepare-data --seed` gives them (HF `datasets.shuffle`, a numpy `default_rng(seed).permutation`,
+of the rows read, then of the rows kept), so that a speculators export is row for row what prepare-data
+writes from the JSONL export. The draft vocabulary is the run's or release's own, or, with
+`draft_vocab_size`, built from the supervised tokens of the exported rows (cut as exported), counted as the
+trainers count them.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from eagle_datagen.export.source import ExportSource, open_release, open_run
 from eagle_datagen.profile import load_profile
 from eagle_datagen.stats.draft_vocab import DraftVocab, build_draft_vocab
 from eagle_datagen.stats.statistics import TokenCounter
+from eagle_datagen.storage import reorder
 from eagle_datagen.storage.output_root import OutputRoot
 
 SHUFFLE_BATCH_ROWS = 4096
-SHUFFLE_BUCKET_BYTES = 256 * 2**20  # a shuffled export holds one bucket of rows at a time
+SHUFFLE_BATCH_BYTES = 16 * 2**20  # ... and at most about this many bytes per batch handed to the writer
+SHUFFLE_BUCKET_BYTES = 64 * 2**20  # a shuffled export holds one bucket of rows at a time (twice: read, in order)
 
 
 @dataclass(frozen=True)
@@ -125,11 +128,10 @@ def _shuffled(
     tables: Iterator[pa.Table], staging: Path, seed: int, counts: RowCounts, bucket_bytes: int = SHUFFLE_BUCKET_BYTES
 ) -> Iterator[pa.Table]:
     """The rows of `tables` in the seed's order (shuffled_order), in bounded memory: the rows are staged in a
-    file, then distributed by their place in the output into buckets of at most about `bucket_bytes` (files beside
-    the staging file), and each bucket is read whole, in output order, and put in order. Memory: one staged batch,
-    one bucket, and 16 bytes per row."""
+    file, and put in that order by storage/reorder.py (buckets of about `bucket_bytes`, by the rows' sizes, so
+    that long rows make smaller buckets). Memory: one staged batch, one bucket, and about 24 bytes per row; the
+    tables handed on have at most SHUFFLE_BATCH_ROWS rows and about SHUFFLE_BATCH_BYTES."""
     writer: pa.ipc.RecordBatchFileWriter | None = None
-    buckets: list[Path] = []
     try:
         with pa.OSFile(str(staging), "wb") as sink:
             for table in tables:
@@ -141,50 +143,19 @@ def _shuffled(
             writer.close()
         with pa.OSFile(str(staging)) as source:  # read, not memory-mapped: pages do not stay resident
             reader = pa.ipc.open_file(source)
-            schema = reader.schema
-            batches = reader.num_record_batches
+            # copied: a zero-copy view would keep each whole batch (its ids) alive, the staging file in memory
             row_index = np.concatenate(
-                [reader.get_batch(i).column("row_index").to_numpy() for i in range(batches)] or [np.zeros(0, np.int64)]
+                [reader.get_batch(i).column("row_index").to_numpy().copy() for i in range(reader.num_record_batches)]
             )
-            order = shuffled_order(row_index, counts.rows_read, seed)
-            del row_index
-            n = len(order)
-            position = np.empty(n, dtype=np.int64)  # staged row -> its place in the output
-            position[order] = np.arange(n, dtype=np.int64)
-            del order
-            per_row = max(1, staging.stat().st_size // max(n, 1))
-            bucket_rows = max(SHUFFLE_BATCH_ROWS, bucket_bytes // per_row // SHUFFLE_BATCH_ROWS * SHUFFLE_BATCH_ROWS)
-            buckets = [staging.with_name(f"{staging.name}.bucket{k}") for k in range(-(-n // bucket_rows))]
-            sinks = [pa.OSFile(str(path), "wb") for path in buckets]
-            bucket_schema = schema.append(pa.field("_output_position", pa.int64()))
-            writers = [pa.ipc.new_file(out, bucket_schema) for out in sinks]
-            offset = 0
-            for i in range(batches):
-                batch = reader.get_batch(i)
-                places = position[offset : offset + batch.num_rows]
-                offset += batch.num_rows
-                which = places // bucket_rows
-                for k in np.unique(which).tolist():
-                    mask = which == k
-                    part = pa.Table.from_batches([batch]).filter(pa.array(mask))
-                    writers[k].write_table(part.append_column("_output_position", pa.array(places[mask])))
-            for bucket_writer, out in zip(writers, sinks, strict=True):
-                bucket_writer.close()
-                out.close()
-        del position
-        for path in buckets:
-            with pa.OSFile(str(path)) as source:
-                bucket = pa.ipc.open_file(source).read_all()
-            path.unlink()
-            ordered = bucket.take(pa.array(np.argsort(bucket.column("_output_position").to_numpy())))
-            ordered = ordered.drop_columns(["_output_position"])
-            del bucket
-            for start in range(0, ordered.num_rows, SHUFFLE_BATCH_ROWS):
-                yield ordered.slice(start, SHUFFLE_BATCH_ROWS)
+        order = shuffled_order(row_index, counts.rows_read, seed)  # output place -> staged row
+        del row_index
+        place = np.empty(len(order), dtype=np.int64)  # staged row -> its place in the output
+        place[order] = np.arange(len(order), dtype=np.int64)
+        del order
+        for bucket in reorder.in_order(staging, place, bucket_bytes):
+            yield from reorder.slices(bucket, SHUFFLE_BATCH_ROWS, SHUFFLE_BATCH_BYTES)
     finally:
         staging.unlink(missing_ok=True)
-        for path in buckets:
-            path.unlink(missing_ok=True)
 
 
 def _supervised_ids(rows: pa.Table) -> np.ndarray:

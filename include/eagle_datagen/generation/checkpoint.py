@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +39,9 @@ def should_checkpoint(result: SampleResult) -> bool:
     return not result.retryable
 
 
-def load_checkpoints(root: OutputRoot, run_id: str, shard: int) -> dict[str, dict[str, Any]]:
-    """sample_id -> checkpointed row, for one shard."""
-    done: dict[str, dict[str, Any]] = {}
+def checkpoint_rows(root: OutputRoot, run_id: str, shard: int) -> Iterator[dict[str, Any]]:
+    """One shard's checkpointed rows, the first copy of each sample only, read a chunk at a time (key order)."""
+    seen: set[str] = set()
     for key in root.list(checkpoint_prefix(run_id, shard)):
         if not key.endswith(".jsonl"):
             continue
@@ -49,8 +50,14 @@ def load_checkpoints(root: OutputRoot, run_id: str, shard: int) -> dict[str, dic
                 row = json.loads(line)
             except ValueError:  # a chunk cut short by a crash: its complete lines still count
                 continue
-            done.setdefault(row["sample_id"], row)
-    return done
+            if row["sample_id"] not in seen:
+                seen.add(row["sample_id"])
+                yield row
+
+
+def load_checkpoints(root: OutputRoot, run_id: str, shard: int) -> dict[str, dict[str, Any]]:
+    """sample_id -> checkpointed row, for one shard (all in memory: `checkpoint_rows` streams them)."""
+    return {row["sample_id"]: row for row in checkpoint_rows(root, run_id, shard)}
 
 
 INDEX_SUFFIX = ".ids.json"

@@ -14,25 +14,29 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from eagle_datagen import settings
-from eagle_datagen.conversation.driver import conversation_rows, has_ended, validation_row
 from eagle_datagen.errors import DataGenError
-from eagle_datagen.generation.checkpoint import load_checkpoints
 from eagle_datagen.generation.endpoint_journal import endpoint_report
-from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_requests
+from eagle_datagen.generation.plan import RunPlan
+from eagle_datagen.generation.shard_samples import ShardIncomplete as ShardIncomplete  # steps.py catches it here
+from eagle_datagen.generation.shard_samples import shard_row_batches
+from eagle_datagen.generation.shard_samples import shard_rows as shard_rows  # the whole shard, for tests
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.stats.conversations import tool_loop_drift_warning
 from eagle_datagen.stats.draft_vocab import build_draft_vocab
 from eagle_datagen.stats.prompt_rejects import count_prompt_rejects
 from eagle_datagen.stats.report import render_report, report_summary
 from eagle_datagen.stats.statistics import TokenCounter, compute_statistics
+from eagle_datagen.storage.local_copy import local_copy
 from eagle_datagen.storage.manifest import (
     Manifest,
     ManifestFile,
@@ -41,9 +45,10 @@ from eagle_datagen.storage.manifest import (
     run_artifact_key,
     write_manifest,
 )
-from eagle_datagen.storage.objects import StoredObject, put_once, sha256_hex
+from eagle_datagen.storage.objects import StoredObject, put_file_once, sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot
-from eagle_datagen.storage.parquet import QUARANTINE_SCHEMA, SAMPLE_SCHEMA, decode_shard, encode_shard, samples_table
+from eagle_datagen.storage.parquet import QUARANTINE_SCHEMA, SAMPLE_SCHEMA, shard_row_groups
+from eagle_datagen.storage.staged_shard import StagedShard
 from eagle_datagen.validation.diagnosis import DiagnosisThresholds, check_run
 from eagle_datagen.validation.rules import ValidationLimits, reasoning_length, validate_sample
 
@@ -76,10 +81,6 @@ class PublishSummary:
     ejected: list[str] = field(default_factory=list)  # endpoints the content breaker took out, with why
 
 
-class ShardIncomplete(DataGenError):
-    """A shard cannot be published while some of its samples have no result yet."""
-
-
 # the manifest's hedge counts per endpoint: of lost requests, of the drain (liveness.py), the copies aborted
 HEDGE_COUNTS = ("hedges_sent", "hedges_won", "drain_hedges_sent", "drain_hedges_won", "aborted")
 
@@ -96,98 +97,43 @@ def rejects_key(run_id: str) -> str:
     return f"rejects/run={run_id}/rejects.jsonl"
 
 
-def _int_or_none(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
-def _conversation_shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, Any]] | None:
-    """A `turns: each` shard's steps as rows (conversation order, then turn); None while any conversation
-    has not ended."""
-    by_conversation = conversation_rows(load_checkpoints(root, plan.run_id, index))
-    rows = []
-    for job in shard_conversations(root, plan, index):
-        steps = by_conversation.get(job.conversation_id, [])
-        if not has_ended(steps):
-            return None
-        for saved in steps:
-            meta, finish = saved["meta_info"] or {}, saved["finish_reason"] or {}
-            rows.append(
-                validation_row(saved["prompt_ids"], saved)
-                | {
-                    "sample_id": saved["sample_id"],
-                    "record_id": job.record_id,
-                    "prompt_id": job.prompt_id,
-                    "category": job.category,
-                    "sample_index": job.sample_index,
-                    "sampling": json.dumps(saved["sampling"], sort_keys=True),
-                    "model": plan.model,
-                    "run_id": plan.run_id,
-                    "weight_version": meta.get("weight_version"),
-                    "cached_tokens": _int_or_none(meta.get("cached_tokens")),
-                    "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
-                }
-                | saved["conversation"]
-            )
-    return rows
-
-
-def shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str, Any]] | None:
-    """The shard's samples as rows (request order), from its checkpoints; None while any is pending."""
-    if is_conversation_shard(plan, index):
-        return _conversation_shard_rows(root, plan, index)
-    requests = shard_requests(root, plan, index)
-    done = load_checkpoints(root, plan.run_id, index)
-    if any(r.sample_id not in done for r in requests):
-        return None
-    rows = []
-    for request in requests:
-        saved = done[request.sample_id]
-        meta, finish = saved["meta_info"] or {}, saved["finish_reason"] or {}
-        rows.append(
-            {
-                "sample_id": request.sample_id,
-                "record_id": request.record_id,
-                "prompt_id": request.prompt_id,
-                "category": request.category,
-                "sample_index": request.sample_index,
-                "prompt_ids": request.prompt_ids,
-                "output_ids": saved["output_ids"],
-                "finish_reason": "error" if saved["error"] else finish.get("type", "abort"),
-                "completion_tokens": int(meta.get("completion_tokens", len(saved["output_ids"]))),
-                "prompt_tokens": int(meta.get("prompt_tokens", len(request.prompt_ids))),
-                "sampling": json.dumps(request.sampling, sort_keys=True),
-                "model": plan.model,
-                "run_id": plan.run_id,
-                "weight_version": meta.get("weight_version"),
-                "cached_tokens": _int_or_none(meta.get("cached_tokens")),
-                "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
-                "error": saved["error"],
-            }
-        )
-    return rows
-
-
 def publish_shard(root: OutputRoot, plan: RunPlan, index: int, profile: ModelProfile, options: PublishOptions) -> int:
-    """Validate one finished shard and commit its data and quarantine files; returns the rows written."""
-    rows = shard_rows(root, plan, index)
-    if rows is None:
-        raise ShardIncomplete(f"shard {index} of run {plan.run_id} still has samples to generate: finish it first")
-    data, quarantine = [], []
-    for row in rows:
-        verdict = validate_sample(row, profile, options.limits)
-        row["reasoning_tokens"] = reasoning_length(row["output_ids"], profile)
-        if verdict is None:
-            data.append({name: row.get(name) for name in SAMPLE_SCHEMA.names})
-        else:
-            row["reject_reason"], row["reject_detail"] = verdict
-            quarantine.append({name: row.get(name) for name in QUARANTINE_SCHEMA.names})
+    """Validate one finished shard and commit its data and quarantine files; returns the rows written.
+
+    Bounded memory at any shard size: the checkpoints are read a chunk at a time (generation/shard_samples.py),
+    validated rows are staged on local disk and written row group by row group, in request order, to the bytes
+    `encode_shard` gives the whole table (storage/staged_shard.py), and the files are uploaded a part at a time."""
     category = plan.shards[index].category
-    if data:
-        put_once(root, data_key(plan.run_id, category, index), encode_shard(samples_table(data)))
-    if quarantine:
-        put_once(root, quarantine_key(plan.run_id, category, index), encode_shard(samples_table(quarantine, True)))
-    log.info("shard %d (%s): %d valid, %d quarantined", index, category, len(data), len(quarantine))
-    return len(rows)
+    with tempfile.TemporaryDirectory(prefix="eagle-datagen-publish-") as work:
+        folder = Path(work)
+        data, quarantine = StagedShard(folder), StagedShard(folder, quarantine=True)
+        for batch in shard_row_batches(root, plan, index):
+            valid: tuple[list[int], list[dict[str, Any]]] = ([], [])
+            rejected: tuple[list[int], list[dict[str, Any]]] = ([], [])
+            for place, row in batch:
+                verdict = validate_sample(row, profile, options.limits)
+                row["reasoning_tokens"] = reasoning_length(row["output_ids"], profile)
+                if verdict is None:
+                    valid[0].append(place)
+                    valid[1].append({name: row.get(name) for name in SAMPLE_SCHEMA.names})
+                else:
+                    row["reject_reason"], row["reject_detail"] = verdict
+                    rejected[0].append(place)
+                    rejected[1].append({name: row.get(name) for name in QUARANTINE_SCHEMA.names})
+            data.add(*valid)
+            quarantine.add(*rejected)
+        for staged, key in (
+            (data, data_key(plan.run_id, category, index)),
+            (quarantine, quarantine_key(plan.run_id, category, index)),
+        ):
+            if staged.rows:
+                parquet = folder / f"{'quarantine' if staged.quarantine else 'data'}.parquet"
+                staged.write_parquet(parquet)
+                staged.staging.unlink()  # local disk: the Parquet file and the next staging, not both kinds
+                put_file_once(root, key, parquet)
+                parquet.unlink()
+    log.info("shard %d (%s): %d valid, %d quarantined", index, category, data.rows, quarantine.rows)
+    return data.rows + quarantine.rows
 
 
 def _committed_keys(root: OutputRoot, plan: RunPlan) -> set[str]:
@@ -199,17 +145,17 @@ def _committed_keys(root: OutputRoot, plan: RunPlan) -> set[str]:
     return keys
 
 
-def _shard_files(root: OutputRoot, plan: RunPlan, committed: set[str]) -> Iterator[tuple[ManifestFile, pa.Table]]:
+def _shard_files(plan: RunPlan, committed: set[str]) -> list[tuple[str, str, str]]:
+    """(kind, key, category) of the run's committed shard files, in plan order (data, then quarantine)."""
+    files = []
     for info in plan.shards:
         for kind, key in (
             ("data", data_key(plan.run_id, info.category, info.index)),
             ("quarantine", quarantine_key(plan.run_id, info.category, info.index)),
         ):
             if key in committed:
-                data = root.read_bytes(key)
-                table = decode_shard(data)
-                stored = StoredObject(key, sha256_hex(data), len(data))
-                yield ManifestFile.of(stored, kind, rows=table.num_rows, category=info.category), table  # type: ignore[arg-type]
+                files.append((kind, key, info.category))
+    return files
 
 
 def _put_derived(root: OutputRoot, key: str, data: bytes) -> StoredObject:
@@ -247,24 +193,33 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
     ]
     if missing:
         raise DataGenError(f"run {plan.run_id}: shards {missing[:10]} are not published yet: publish them first")
-    for entry, table in _shard_files(root, plan, committed):
+    shard_files = _shard_files(plan, committed)
+    entries: dict[str, ManifestFile] = {}
+
+    def tables(kind: str) -> Iterator[pa.Table]:
+        """Each shard file of this kind once, a row group at a time (memory: one row group, not a shard)."""
+        for file_kind, key, category in shard_files:
+            if file_kind != kind:
+                continue
+            rows = 0
+            with local_copy(root, key) as (path, sha256):
+                for table in shard_row_groups(path):
+                    rows += table.num_rows
+                    if kind == "quarantine":
+                        reasons.update(table.column("reject_reason").to_pylist())
+                    yield table
+                stored = StoredObject(key, sha256, path.stat().st_size)
+            entries[key] = ManifestFile.of(stored, kind, rows=rows, category=category)  # type: ignore[arg-type]
+
+    # one read of each file: the statistics, the token counts, the reasons and the manifest's checksums
+    statistics = compute_statistics(tables("data"), tables("quarantine"), profile, counter=tokens)
+    for _, key, _ in shard_files:
+        entry = entries[key]
         files.append(entry)
-        counts = by_category.setdefault(entry.category or "?", Counter())
-        counts[entry.kind] += table.num_rows
-        if entry.kind == "data":
-            tokens.add(table)
-        else:
-            reasons.update(table.column("reject_reason").to_pylist())
+        by_category.setdefault(entry.category or "?", Counter())[entry.kind] += entry.rows or 0
     total = sum(c["data"] + c["quarantine"] for c in by_category.values())
     check_run(dict(reasons), total, options.thresholds, profile, options.front_end)
     endpoints = endpoint_report(root, plan.run_id)
-
-    def tables(kind: str) -> Iterator[pa.Table]:  # read again, lazily: memory stays one shard deep
-        for entry in files:
-            if entry.kind == kind:
-                yield decode_shard(root.read_bytes(entry.key))
-
-    statistics = compute_statistics(tables("data"), tables("quarantine"), profile)
     rejects_payload = (
         root.read_bytes(rejects_key(plan.run_id))
         if rejects_key(plan.run_id) in root.list(rejects_key(plan.run_id))

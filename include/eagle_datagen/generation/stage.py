@@ -27,15 +27,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eagle_datagen import settings
-from eagle_datagen.conversation.driver import ConversationRunner, conversation_rows, has_ended
+from eagle_datagen.conversation.driver import ConversationRunner
 from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.checkpoint import (
     CheckpointPolicy,
     CheckpointWriter,
+    checkpoint_rows,
     finish_type,
     load_checkpoint_index,
-    load_checkpoints,
     should_checkpoint,
 )
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, heartbeat_interval_s
@@ -288,15 +288,25 @@ def pending_conversations(
     for index in shard_indices:
         if not is_conversation_shard(plan, index):
             continue
-        rows = load_checkpoints(root, plan.run_id, index)
-        ended = {cid for cid, steps in conversation_rows(rows).items() if has_ended(steps)}
-        if tally is not None:
-            for row in rows.values():
+        # two reads of the checkpoints, a chunk at a time: which conversations ended (each one's last step, as
+        # conversation_rows and has_ended find it), then the steps of the others, to continue: memory holds the
+        # interrupted conversations, not the shard
+        last: dict[str, tuple[int, int, bool]] = {}
+        for seen, row in enumerate(checkpoint_rows(root, plan.run_id, index)):
+            if tally is not None:
                 tally.count(row)
+            step = row.get("conversation")
+            if step is not None:
+                mark = (step["turn_index"], seen, step["trajectory_end"] is not None)
+                if mark[:2] > last.get(step["conversation_id"], (-1, -1, False))[:2]:
+                    last[step["conversation_id"]] = mark
+        ended = {cid for cid, (_, _, end) in last.items() if end}
+        if tally is not None:
             tally.done += len(ended)
-        # keep only the steps of conversations to continue: memory holds the interrupted ones, not the run
         stored[index] = {
-            k: r for k, r in rows.items() if (r.get("conversation") or {}).get("conversation_id") not in ended
+            row["sample_id"]: row
+            for row in checkpoint_rows(root, plan.run_id, index)
+            if (row.get("conversation") or {}).get("conversation_id") not in ended
         }
         jobs += [job for job in shard_conversations(root, plan, index) if job.conversation_id not in ended]
     return jobs, stored

@@ -1,6 +1,7 @@
 """Write once, verify, never overwrite: how every output file of a run is committed.
 
-`put_once(root, key, data)` stores `data` at `key` unless an object is already committed there:
+`put_once(root, key, data)` stores `data` at `key` unless an object is already committed there
+(`put_file_once(root, key, path)` the same for a local file, read a part at a time):
 - the same bytes already there (a rerun) is a no-op;
 - other bytes there is an `ObjectCollision`: a committed object is never overwritten.
 On S3 the upload carries SHA256 checksums that the server verifies (multipart above `PART_SIZE`, one
@@ -22,6 +23,7 @@ import base64
 import hashlib
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,9 +86,53 @@ def _existing_s3(bucket: str, key: str) -> tuple[int, str | None] | None:
     return head["ContentLength"], head.get("ChecksumSHA256")
 
 
-def _upload_s3(bucket: str, key: str, data: bytes) -> None:
+class _Payload:
+    """What is committed: bytes in memory, or a local file read a part at a time (a shard of any size)."""
+
+    def __init__(self, data: bytes | None = None, path: Path | None = None) -> None:
+        self.data, self.path = data, path
+        self.size = len(data) if data is not None else Path(path).stat().st_size  # type: ignore[arg-type]
+        self._digests: dict[int, tuple[str, str]] = {}
+
+    def parts(self, part_size: int) -> Iterator[bytes]:
+        if self.data is not None:
+            for start in range(0, max(self.size, 1), part_size):
+                yield self.data[start : start + part_size]
+            return
+        with Path(self.path).open("rb") as handle:  # type: ignore[arg-type]
+            while chunk := handle.read(part_size):
+                yield chunk
+            if not self.size:
+                yield b""
+
+    def digests(self, part_size: int) -> tuple[str, str]:
+        """(hex sha256 of the whole, the S3 checksum of an upload in parts of `part_size`), in one read."""
+        if part_size not in self._digests:
+            whole, parts = hashlib.sha256(), []
+            for chunk in self.parts(part_size):
+                whole.update(chunk)
+                parts.append(hashlib.sha256(chunk).digest())
+            if len(parts) <= 1:
+                checksum = _b64(whole.digest())
+            else:
+                checksum = f"{_b64(hashlib.sha256(b''.join(parts)).digest())}-{len(parts)}"
+            self._digests[part_size] = (whole.hexdigest(), checksum)
+        return self._digests[part_size]
+
+    @property
+    def sha256(self) -> str:
+        return self.digests(PART_SIZE)[0]
+
+    def s3_checksums(self) -> set[str]:
+        """What S3 may report for these bytes: uploaded in parts of PART_SIZE, or in one part."""
+        whole = self.digests(PART_SIZE)[0]
+        return {self.digests(PART_SIZE)[1], _b64(bytes.fromhex(whole))}
+
+
+def _upload_s3(bucket: str, key: str, payload: _Payload) -> None:
     client = s3_client()
-    if len(data) <= PART_SIZE:
+    if payload.size <= PART_SIZE:
+        data = next(payload.parts(PART_SIZE))
         client.put_object(
             Bucket=bucket, Key=key, Body=data, ChecksumSHA256=_b64(hashlib.sha256(data).digest()), IfNoneMatch="*"
         )
@@ -94,8 +140,7 @@ def _upload_s3(bucket: str, key: str, data: bytes) -> None:
     upload = client.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="SHA256")
     try:
         parts = []
-        for number, start in enumerate(range(0, len(data), PART_SIZE), start=1):
-            chunk = data[start : start + PART_SIZE]
+        for number, chunk in enumerate(payload.parts(PART_SIZE), start=1):
             checksum = _b64(hashlib.sha256(chunk).digest())
             answer = client.upload_part(
                 Bucket=bucket,
@@ -118,15 +163,15 @@ def _upload_s3(bucket: str, key: str, data: bytes) -> None:
         raise
 
 
-def _same_object(size: int, checksum: str | None, data: bytes, location: str) -> bool:
-    if size != len(data):
+def _same_object(size: int, checksum: str | None, payload: _Payload, location: str) -> bool:
+    if size != payload.size:
         return False
     if checksum is not None:
-        return checksum in (expected_s3_checksum(data), expected_s3_checksum(data, len(data)))
+        return checksum in payload.s3_checksums()
     raise DataGenError(f"cannot verify {location}: the store reports no SHA256 checksum")
 
 
-def _put_s3(root: S3OutputRoot, key: str, data: bytes) -> None:
+def _put_s3(root: S3OutputRoot, key: str, payload: _Payload) -> None:
     location = root.location(key)
     bucket, full_key = root.bucket_key(key)
 
@@ -134,20 +179,20 @@ def _put_s3(root: S3OutputRoot, key: str, data: bytes) -> None:
         for _ in range(2):  # a 412: another writer, or an earlier attempt whose answer was lost, committed
             existing = _existing_s3(bucket, full_key)
             if existing is not None:
-                if _same_object(*existing, data, location):
+                if _same_object(*existing, payload, location):
                     return  # committed by an earlier attempt or run: nothing to do
                 raise ObjectCollision(
                     f"{location} already holds other content: a committed object is never overwritten "
                     "(use a new --run-id, or remove the stale object if you are sure it is garbage)"
                 )
             try:
-                _upload_s3(bucket, full_key, data)
+                _upload_s3(bucket, full_key, payload)
             except ClientError as exc:
                 if _is_precondition_failed(exc):
                     continue  # compare contents with what is there now
                 raise
             stored = _existing_s3(bucket, full_key)
-            if stored is None or not _same_object(*stored, data, location):
+            if stored is None or not _same_object(*stored, payload, location):
                 raise DataGenError(f"verification of {location} failed after upload: size or checksum differ")
             return
         raise DataGenError(f"cannot store {location}: it kept changing under concurrent writers")
@@ -160,27 +205,44 @@ def _put_s3(root: S3OutputRoot, key: str, data: bytes) -> None:
         raise DataGenError(f"cannot store {location}: {describe_error(exc)}") from None
 
 
-def _put_local(root: LocalOutputRoot, key: str, data: bytes) -> None:
+def _same_file(a: Path, payload: _Payload) -> bool:
+    if a.stat().st_size != payload.size:
+        return False
+    with a.open("rb") as handle:
+        return all(handle.read(len(chunk)) == chunk for chunk in payload.parts(PART_SIZE))
+
+
+def _put_local(root: LocalOutputRoot, key: str, payload: _Payload) -> None:
     target = Path(root.location(key))
-    with staged_file(target, data) as tmp:
+    with staged_file(target, payload.parts(PART_SIZE)) as tmp:
         try:
             os.link(tmp, target)  # atomic, and unlike rename it refuses to replace an existing file
         except FileExistsError:
-            if target.read_bytes() != data:
+            if not _same_file(target, payload):
                 raise ObjectCollision(
                     f"{target} already holds other content: a committed file is never overwritten "
                     "(use a new --run-id, or remove the stale file if you are sure it is garbage)"
                 ) from None
 
 
-def put_once(root: OutputRoot, key: str, data: bytes) -> StoredObject:
+def _put(root: OutputRoot, key: str, payload: _Payload) -> StoredObject:
     if isinstance(root, S3OutputRoot):
-        _put_s3(root, key, data)
+        _put_s3(root, key, payload)
     elif isinstance(root, LocalOutputRoot):
-        _put_local(root, key, data)
+        _put_local(root, key, payload)
     else:  # pragma: no cover - only the two roots exist
         raise TypeError(f"unsupported output root {root!r}")
-    return StoredObject(key, sha256_hex(data), len(data))
+    return StoredObject(key, payload.sha256, payload.size)
+
+
+def put_once(root: OutputRoot, key: str, data: bytes) -> StoredObject:
+    return _put(root, key, _Payload(data=data))
+
+
+def put_file_once(root: OutputRoot, key: str, path: Path) -> StoredObject:
+    """`put_once` of a local file's bytes, read a part (PART_SIZE) at a time: an upload in parts on S3, a copy
+    linked into place on a local root; memory holds one part, whatever the file's size."""
+    return _put(root, key, _Payload(path=path))
 
 
 def _delete_s3(root: S3OutputRoot, key: str, expected: bytes) -> bool:

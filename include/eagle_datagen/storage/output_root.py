@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,14 +78,15 @@ def check_prefix(prefix: str) -> str:
 
 
 @contextmanager
-def staged_file(target: Path, data: bytes) -> Iterator[str]:
-    """`data` written and synced to a hidden temporary file beside `target`, removed when the block ends
-    (after the caller has renamed or linked it into place)."""
+def staged_file(target: Path, data: bytes | Iterable[bytes]) -> Iterator[str]:
+    """`data` (bytes, or parts of them) written and synced to a hidden temporary file beside `target`, removed
+    when the block ends (after the caller has renamed or linked it into place)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            for part in [data] if isinstance(data, bytes | bytearray | memoryview) else data:
+                handle.write(part)
             handle.flush()
             os.fsync(handle.fileno())
         yield tmp

@@ -26,7 +26,8 @@ The bytes are a pure function of the table (no timestamps), so a rewrite of the 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -146,29 +147,40 @@ def _contract_schema(schema: pa.Schema) -> pa.Schema:
     )
 
 
-def _rows_per_group(table: pa.Table) -> int:
-    if table.num_rows == 0:
+def rows_per_group(nbytes: int, num_rows: int) -> int:
+    """Rows per row group for a table of `num_rows` rows and `nbytes` Arrow bytes: about ROW_GROUP_BYTES each."""
+    if num_rows == 0:
         return 1
-    per_row = max(1, table.nbytes // table.num_rows)
-    return max(1, min(table.num_rows, ROW_GROUP_BYTES // per_row))
+    per_row = max(1, nbytes // num_rows)
+    return max(1, min(num_rows, ROW_GROUP_BYTES // per_row))
 
 
-def write_options(table: pa.Table) -> dict[str, Any]:
-    """The `pyarrow.parquet.write_table` keyword arguments `encode_shard` uses for this table."""
-    names = table.schema.names
+def shard_write_options(names: list[str], row_group_size: int) -> dict[str, Any]:
+    """The `pyarrow.parquet` writer keyword arguments of a shard with these columns (`write_options`)."""
     return {
         "compression": COMPRESSION,
         "compression_level": COMPRESSION_LEVEL,
         "use_dictionary": [n for n in names if n not in PLAIN_COLUMNS and n not in TOKEN_COLUMNS],
         "column_encoding": {_leaf(n): TOKEN_ENCODING for n in names if n in TOKEN_COLUMNS},
         "write_statistics": [n for n in names if n not in TOKEN_COLUMNS],
-        "row_group_size": _rows_per_group(table),
+        "row_group_size": row_group_size,
         "data_page_size": DATA_PAGE_BYTES,
     }
 
 
+def write_options(table: pa.Table) -> dict[str, Any]:
+    """The `pyarrow.parquet.write_table` keyword arguments `encode_shard` uses for this table."""
+    return shard_write_options(table.schema.names, rows_per_group(table.nbytes, table.num_rows))
+
+
+def contract_schema(schema: pa.Schema) -> pa.Schema:
+    """The contract v1 schema (sample or quarantine, with its metadata) that `schema` has."""
+    return _contract_schema(schema)
+
+
 def encode_shard(table: pa.Table) -> bytes:
-    """The table (with the sample or quarantine schema) as the bytes of one Parquet file."""
+    """The table (with the sample or quarantine schema) as the bytes of one Parquet file (in memory: a shard
+    of any size is written row group by row group with storage/staged_shard.py, to the same bytes)."""
     schema = _contract_schema(table.schema)
     table = table.replace_schema_metadata(schema.metadata)
     sink = pa.BufferOutputStream()
@@ -195,21 +207,38 @@ def read_parquet_bytes(data: bytes, columns: list[str] | None = None) -> pa.Tabl
     return pq.read_table(pa.BufferReader(arrow_owned(data)), columns=columns)
 
 
+def _check_contract(schema: pa.Schema) -> None:
+    metadata = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
+    version = metadata.get(CONTRACT_KEY)
+    if version != CONTRACT_VERSION:
+        raise ValueError(
+            f"not a data contract v{CONTRACT_VERSION} shard: schema metadata {CONTRACT_KEY!r} is {version!r}"
+        )
+
+
+def _as_contract(table: pa.Table) -> pa.Table:
+    table = _with_added_columns(table)
+    # Parquet names list values "element"; the cast gives back Arrow's "item" of the schema (no copy)
+    return table.cast(_contract_schema(table.schema))
+
+
 def decode_shard(data: bytes) -> pa.Table:
     """A shard's table, with exactly the schema it was written with (sample or quarantine).
 
     A Parquet file without the contract v1 metadata or with other columns is a ValueError.
     """
     table = read_parquet_bytes(data)
-    metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    version = metadata.get(CONTRACT_KEY)
-    if version != CONTRACT_VERSION:
-        raise ValueError(
-            f"not a data contract v{CONTRACT_VERSION} shard: schema metadata {CONTRACT_KEY!r} is {version!r}"
-        )
-    table = _with_added_columns(table)
-    # Parquet names list values "element"; the cast gives back Arrow's "item" of the schema (no copy)
-    return table.cast(_contract_schema(table.schema))
+    _check_contract(table.schema)
+    return _as_contract(table)
+
+
+def shard_row_groups(path: str | Path) -> Iterator[pa.Table]:
+    """A shard file's tables, one per row group, each as `decode_shard` gives the whole (memory: one row group
+    decoded, not the shard). The file is read, not memory-mapped, so pages read do not stay resident."""
+    parquet = pq.ParquetFile(str(path), memory_map=False)
+    _check_contract(parquet.schema_arrow)
+    for group in range(parquet.metadata.num_row_groups):
+        yield _as_contract(parquet.read_row_group(group))
 
 
 def _with_added_columns(table: pa.Table) -> pa.Table:

@@ -5,7 +5,7 @@ A run's checkpoints are synthesized as the generation writes them (`generation/c
 `--tokens` output tokens in samples of `--sample-tokens` ids, shards of `--shard-samples` samples, on a local
 folder and on a real S3 server (SeaweedFS `weed mini` on 127.0.0.1). Then, side by side within each of
 --repeats rounds (medians):
-- index: `load_checkpoint_index` for every shard, what a resume does (the indexes, not the answers);
+- index: `load_checkpoint_indexes` of every shard, what a resume does (the indexes, not the answers, 16 at a time);
 - full: `load_checkpoints` for every shard, reading every chunk whole and decoding every answer (what a resume
   did before the indexes, and what a run without them would do).
 Both must find the same sample ids and outcomes.
@@ -31,7 +31,7 @@ from eagle_datagen.generation.checkpoint import (
     INDEX_SUFFIX,
     checkpoint_prefix,
     finish_type,
-    load_checkpoint_index,
+    load_checkpoint_indexes,
     load_checkpoints,
 )
 from eagle_datagen.objectstore.s3 import s3_client
@@ -88,8 +88,8 @@ def shards_of(samples: int, shard_samples: int) -> range:
 
 def by_index(root: OutputRoot, shards: range) -> dict[str, str]:
     done: dict[str, str] = {}
-    for shard in shards:
-        done |= load_checkpoint_index(root, RUN, shard)
+    for found in load_checkpoint_indexes(root, RUN, list(shards)).values():
+        done |= found
     return done
 
 

@@ -35,7 +35,7 @@ from eagle_datagen.generation.checkpoint import (
     CheckpointWriter,
     checkpoint_rows,
     finish_type,
-    load_checkpoint_index,
+    load_checkpoint_indexes,
     should_checkpoint,
 )
 from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, heartbeat_interval_s
@@ -331,8 +331,9 @@ async def generate_pending(
     tally = tally if tally is not None else StoredTally()
     single = [index for index in shard_indices if not is_conversation_shard(plan, index)]
     done: dict[int, set[str]] = {}
+    indexes = load_checkpoint_indexes(root, plan.run_id, single)  # ids and outcomes, not the answers
     for index in single:
-        outcomes = load_checkpoint_index(root, plan.run_id, index)  # ids and outcomes, not the answers
+        outcomes = indexes[index]
         tally.finish.update(outcomes.values())
         tally.done += len(outcomes)
         done[index] = set(outcomes)

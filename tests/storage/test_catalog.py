@@ -78,13 +78,13 @@ def test_the_catalog_holds_the_samples_of_the_model_and_weight_version_asked(roo
     publish(root, "a", a, weights="w1")
     publish(root, "b", b, weights="w2")
     publish(root, "other", other, model="someone/else")
-    assert Catalog(MODEL).refresh(root).sample_ids == ids(a) | ids(b)
-    assert Catalog(MODEL, "w2").refresh(root).sample_ids == ids(b)
+    assert set(Catalog(MODEL).refresh(root).sample_ids) == ids(a) | ids(b)
+    assert set(Catalog(MODEL, "w2").refresh(root).sample_ids) == ids(b)
     catalog = Catalog(MODEL, "w1").refresh(root)
-    assert catalog.sample_ids == ids(a) and catalog.runs == {"a", "b", "other"}
+    assert set(catalog.sample_ids) == ids(a) and catalog.runs == {"a", "b", "other"}
     later = [rows(30, 2)]
     publish(root, "later", later)
-    assert catalog.refresh(root).sample_ids == ids(a) | ids(later)  # brought up to date
+    assert set(catalog.refresh(root).sample_ids) == ids(a) | ids(later)  # brought up to date
 
 
 def test_only_the_footer_and_the_sample_id_column_of_a_shard_are_fetched(root):
@@ -92,7 +92,7 @@ def test_only_the_footer_and_the_sample_id_column_of_a_shard_are_fetched(root):
     publish(root, "big", big)
     publish(root, "small", small)
     counting = CountingRoot(root)
-    assert Catalog(MODEL).refresh(counting).sample_ids == ids(big) | ids(small)
+    assert set(Catalog(MODEL).refresh(counting).sample_ids) == ids(big) | ids(small)
     big_key, small_key = (
         "data/category=code/run=big/part-00000.parquet",
         "data/category=code/run=small/part-00000.parquet",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +25,17 @@ def sampling_fingerprint(sampling: dict[str, Any]) -> str:
 def make_sample_id(prompt_id: str, sample_index: int, model: str, sampling: dict[str, Any]) -> str:
     text = f"{prompt_id}:{sample_index}:{model}:{sampling_fingerprint(sampling)}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def sample_id_digests(prompt_ids: Iterable[str], samples: int, model: str, sampling: dict[str, Any]) -> bytes:
+    """The ids of samples 0..`samples`-1 of each prompt (prompt by prompt), each as the 16 bytes its text
+    encodes (`bytes.fromhex(make_sample_id(...))`), one after the other: no Python object per id is kept."""
+    tail = f":{model}:{sampling_fingerprint(sampling)}"
+    out = bytearray()
+    for prompt_id in prompt_ids:
+        for k in range(samples):
+            out += hashlib.sha256(f"{prompt_id}:{k}{tail}".encode()).digest()[:16]
+    return bytes(out)
 
 
 def sampling_seed_for(sample_id: str) -> int:

@@ -21,7 +21,6 @@ HEX_DIGITS = 32
 _NIBBLE = np.full(256, 255, dtype=np.uint8)
 _NIBBLE[np.frombuffer(b"0123456789", np.uint8)] = np.arange(10, dtype=np.uint8)
 _NIBBLE[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16, dtype=np.uint8)
-_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 
 def digests_from_hex(ids: pa.Array | pa.ChunkedArray | Iterable[str]) -> np.ndarray:
@@ -45,6 +44,14 @@ def _chunk_digests(chunk: pa.StringArray) -> np.ndarray:
     data = np.frombuffer(chunk.buffers()[2], np.uint8) if chunk.buffers()[2] is not None else np.empty(0, np.uint8)
     lengths = np.diff(offsets)
     if np.all(lengths == HEX_DIGITS):
+        raw = data[offsets[0] : offsets[-1]].tobytes()
+        if not any(upper in raw for upper in b"ABCDEF"):  # fromhex reads those too, and skips whitespace:
+            try:  # one C call for the whole column (ids of another form fall through to the checks below)
+                decoded = bytes.fromhex(raw.decode("ascii"))
+            except (UnicodeDecodeError, ValueError):
+                decoded = b""
+            if len(decoded) == 16 * n:
+                return np.frombuffer(decoded, DIGEST)
         text = data[offsets[0] : offsets[-1]].reshape(n, HEX_DIGITS)
         good = np.ones(n, dtype=bool)
     else:
@@ -62,12 +69,10 @@ def _chunk_digests(chunk: pa.StringArray) -> np.ndarray:
 
 def hex_strings(digests: np.ndarray) -> pa.StringArray:
     """The digests' text (what `make_sample_id` returns), as one Arrow string array in their order."""
-    raw = np.ascontiguousarray(digests, dtype=DIGEST).reshape(-1).view(np.uint8).reshape(-1, 16)
-    text = np.empty((len(raw), HEX_DIGITS), dtype=np.uint8)
-    text[:, 0::2] = _HEX[raw >> 4]
-    text[:, 1::2] = _HEX[raw & 15]
+    raw = np.ascontiguousarray(digests, dtype=DIGEST).reshape(-1)
+    text = pa.py_buffer(raw.tobytes().hex().encode("ascii"))
     offsets = np.arange(0, (len(raw) + 1) * HEX_DIGITS, HEX_DIGITS, dtype=np.int32)
-    return pa.StringArray.from_buffers(len(raw), pa.py_buffer(offsets), pa.py_buffer(text))
+    return pa.StringArray.from_buffers(len(raw), pa.py_buffer(offsets), text)
 
 
 class SampleIdSet:

@@ -20,6 +20,7 @@ def test_digests_are_the_bytes_the_ids_spell_and_give_back_the_same_text():
     digests = digests_from_hex(text)
     assert digests.dtype == DIGEST and [bytes.fromhex(t) for t in text] == [d.ljust(16, b"\0") for d in digests]
     assert hex_strings(digests).to_pylist() == text
+    assert hex_strings(digests_from_hex(ids(70_000))).to_pylist() == ids(70_000)  # more than one slice
     assert digests_from_hex(pa.chunked_array([text[:20], text[20:]])).tolist() == digests.tolist()
     assert hex_strings(digests_from_hex(pa.array(text).slice(7, 5))).to_pylist() == text[7:12]  # an offset
 
@@ -69,3 +70,10 @@ def test_ids_that_are_not_32_lowercase_hex_digits_are_left_out():
     good = ids(2)
     assert set(SampleIdSet.of([good[0], "short", good[1].upper(), "g" * 32, good[1]])) == set(good)
     assert len(digests_from_hex(pa.array([good[0], None, good[1]]))) == 2
+
+
+def test_a_bad_id_past_the_first_slice_is_found():
+    text = ids(70_000)
+    text[69_000] = " " * 32  # fromhex skips whitespace: the length check finds it
+    text[69_001] = text[69_001].upper()
+    assert len(digests_from_hex(text)) == 69_998

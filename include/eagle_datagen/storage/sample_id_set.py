@@ -18,6 +18,7 @@ import pyarrow as pa
 log = logging.getLogger(__name__)
 DIGEST = np.dtype("S16")  # compared as raw bytes (equal width: no NUL padding enters a comparison)
 HEX_DIGITS = 32
+HEX_SLICE = 1 << 16  # ids turned into text at a time
 _NIBBLE = np.full(256, 255, dtype=np.uint8)
 _NIBBLE[np.frombuffer(b"0123456789", np.uint8)] = np.arange(10, dtype=np.uint8)
 _NIBBLE[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16, dtype=np.uint8)
@@ -44,14 +45,9 @@ def _chunk_digests(chunk: pa.StringArray) -> np.ndarray:
     data = np.frombuffer(chunk.buffers()[2], np.uint8) if chunk.buffers()[2] is not None else np.empty(0, np.uint8)
     lengths = np.diff(offsets)
     if np.all(lengths == HEX_DIGITS):
-        raw = data[offsets[0] : offsets[-1]].tobytes()
-        if not any(upper in raw for upper in b"ABCDEF"):  # fromhex reads those too, and skips whitespace:
-            try:  # one C call for the whole column (ids of another form fall through to the checks below)
-                decoded = bytes.fromhex(raw.decode("ascii"))
-            except (UnicodeDecodeError, ValueError):
-                decoded = b""
-            if len(decoded) == 16 * n:
-                return np.frombuffer(decoded, DIGEST)
+        fast = _fast_digests(data[offsets[0] : offsets[-1]], n)
+        if fast is not None:
+            return fast
         text = data[offsets[0] : offsets[-1]].reshape(n, HEX_DIGITS)
         good = np.ones(n, dtype=bool)
     else:
@@ -67,12 +63,33 @@ def _chunk_digests(chunk: pa.StringArray) -> np.ndarray:
     return np.ascontiguousarray(packed).view(DIGEST).reshape(len(packed))
 
 
+def _fast_digests(text: np.ndarray, n: int) -> np.ndarray | None:
+    """`n` ids of 32 characters each, back to back in `text`: decoded by `bytes.fromhex`, a slice at a time; None
+    when one is not lowercase hex (fromhex also reads uppercase and skips whitespace: those are checked)."""
+    out = np.empty(n, dtype=DIGEST)
+    for start in range(0, n, HEX_SLICE):
+        raw = text[start * HEX_DIGITS : (start + HEX_SLICE) * HEX_DIGITS].tobytes()
+        if any(upper in raw for upper in b"ABCDEF"):
+            return None
+        try:
+            decoded = bytes.fromhex(raw.decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if len(decoded) * 2 != len(raw):
+            return None
+        out[start : start + len(decoded) // 16] = np.frombuffer(decoded, DIGEST)
+    return out
+
+
 def hex_strings(digests: np.ndarray) -> pa.StringArray:
     """The digests' text (what `make_sample_id` returns), as one Arrow string array in their order."""
     raw = np.ascontiguousarray(digests, dtype=DIGEST).reshape(-1)
-    text = pa.py_buffer(raw.tobytes().hex().encode("ascii"))
+    text = np.empty(len(raw) * HEX_DIGITS, dtype=np.uint8)
+    for start in range(0, len(raw), HEX_SLICE):  # a slice at a time: no Python string of the whole text
+        part = raw[start : start + HEX_SLICE].tobytes().hex().encode("ascii")
+        text[start * HEX_DIGITS : start * HEX_DIGITS + len(part)] = np.frombuffer(part, dtype=np.uint8)
     offsets = np.arange(0, (len(raw) + 1) * HEX_DIGITS, HEX_DIGITS, dtype=np.int32)
-    return pa.StringArray.from_buffers(len(raw), pa.py_buffer(offsets), text)
+    return pa.StringArray.from_buffers(len(raw), pa.py_buffer(offsets), pa.py_buffer(text))
 
 
 class SampleIdSet:

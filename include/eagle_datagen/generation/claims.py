@@ -166,6 +166,6 @@ def claimed_sample_ids(
                 "expires": last + ttl_s,
                 "live": live,
             }
-    claimed = SampleIdSet().union(*found)
+    claimed = SampleIdSet.merged(found)
     log.info("claims: %d samples planned by %d run(s) in flight", len(claimed), runs)
     return claimed

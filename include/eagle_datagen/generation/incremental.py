@@ -74,9 +74,15 @@ def wanted_sample_ids(planned: list[PlannedCategory]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, DIGEST)
 
 
-def keep_new(planned: list[PlannedCategory], existing: SampleIdSet) -> list[PlannedCategory]:
-    """`planned` without the samples `existing` holds (a prompt left with none has no row in the plan)."""
-    return [p.keep(~existing.contains(p.sample_ids)) for p in planned]
+def keep_new(planned: list[PlannedCategory], *existing: SampleIdSet) -> list[PlannedCategory]:
+    """`planned` without the samples any of `existing` holds (a prompt left with none has no row in the plan)."""
+    kept = []
+    for p in planned:
+        known = np.zeros(p.sample_ids.shape, dtype=bool)
+        for ids in existing:
+            known |= ids.contains(p.sample_ids)
+        kept.append(p.keep(~known))
+    return kept
 
 
 def read_catalog(root: OutputRoot, model: str, weight_version: str | None, per_weight_version: bool) -> Catalog:
@@ -157,7 +163,7 @@ def claim_samples(
         in_flight = claimed_sample_ids(
             root, lock.acquired_at, claim_ttl_s, model, wanted, catalog.runs, run_id, holders
         )
-        kept = keep_new(planned, catalog.sample_ids.union(in_flight))
+        kept = keep_new(planned, catalog.sample_ids, in_flight)  # not their union: a copy of the catalog
         new = sum(p.samples for p in kept)
         every = SampleIdSet(wanted_sample_ids(planned)).digests  # each distinct sample once
         published_mask = catalog.sample_ids.contains(every)

@@ -56,7 +56,8 @@ class Catalog:
                 if entry["kind"] in ("data", "quarantine"):
                     found.append(digests_from_hex(read_stored_column(root, entry["key"], entry["size"], "sample_id")))
         if found:
-            self.sample_ids = self.sample_ids.union(*found)
+            found.insert(0, self.sample_ids.digests)
+            self.sample_ids = SampleIdSet.merged(found)
         if matched:
             log.info(
                 "catalog: %d existing samples of %s (%d new run(s) read)", len(self.sample_ids), self.model, matched

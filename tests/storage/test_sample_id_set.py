@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from eagle_datagen.inference.samples import make_sample_id, sample_id_digests
+from eagle_datagen.inference.samples import make_sample_id, sample_id_digests, sample_id_tail
 from eagle_datagen.storage.sample_id_set import DIGEST, SampleIdSet, digests_from_hex, hex_strings
 
 SAMPLING = {"temperature": 1.0, "top_p": 0.95, "max_new_tokens": 64}
@@ -33,10 +33,10 @@ def test_an_id_digest_ending_in_zero_bytes_keeps_them():
 
 def test_sample_id_digests_are_make_sample_id_prompt_by_prompt_in_sample_index_order():
     prompts = ["a", "b", "c"]
-    raw = sample_id_digests(prompts, 4, "m", SAMPLING)
+    raw = sample_id_digests(prompts, 4, sample_id_tail("m", SAMPLING))
     expected = [make_sample_id(p, k, "m", SAMPLING) for p in prompts for k in range(4)]
     assert hex_strings(np.frombuffer(raw, DIGEST)).to_pylist() == expected
-    assert sample_id_digests(prompts, 0, "m", SAMPLING) == b""
+    assert sample_id_digests(prompts, 0, sample_id_tail("m", SAMPLING)) == b""
 
 
 def test_membership():
@@ -77,3 +77,11 @@ def test_a_bad_id_past_the_first_slice_is_found():
     text[69_000] = " " * 32  # fromhex skips whitespace: the length check finds it
     text[69_001] = text[69_001].upper()
     assert len(digests_from_hex(text)) == 69_998
+
+
+def test_has_answers_for_one_digest_with_trailing_zero_bytes_too():
+    ending = bytes.fromhex("ab" * 8 + "00" * 8)
+    s = SampleIdSet(np.frombuffer(b"".join([ending, bytes(16), b"\xff" * 16]), DIGEST))
+    assert s.has(ending) and s.has(bytes(16)) and s.has(b"\xff" * 16)
+    assert not s.has(bytes.fromhex("ab" * 8 + "00" * 7 + "01")) and not s.has(b"\xfe" * 16)
+    assert not SampleIdSet().has(ending)

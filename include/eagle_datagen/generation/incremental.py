@@ -21,7 +21,7 @@ from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.claims import Claim, claimed_sample_ids, write_claim
 from eagle_datagen.generation.plan import CategorySettings, PlannedCategory
 from eagle_datagen.generation.plan_lock import PlanLock, PlanLockPolicy
-from eagle_datagen.inference.samples import sample_id_digests
+from eagle_datagen.inference.samples import sample_id_digests, sample_id_tail
 from eagle_datagen.records import PromptRecord
 from eagle_datagen.storage.catalog import Catalog
 from eagle_datagen.storage.output_root import OutputRoot
@@ -112,15 +112,19 @@ def skip_published(
         return None
     if not catalog.sample_ids:
         return None
-    by_category: dict[str, CategorySettings] = {}
+    by_category: dict[str, tuple[int, str]] = {}  # samples per prompt, sample_id_tail
     known = catalog.sample_ids
 
     def skip(record: PromptRecord) -> bool:
-        settings = by_category.get(record.category)
-        if settings is None:
-            settings = by_category[record.category] = settings_for([record.category])[record.category]
-        ids = sample_id_digests([record.prompt_id], settings.samples_per_prompt, model, settings.sampling)
-        return bool(known.contains(np.frombuffer(ids, DIGEST)).all())
+        category = by_category.get(record.category)
+        if category is None:
+            settings = settings_for([record.category])[record.category]
+            category = by_category[record.category] = (
+                settings.samples_per_prompt,
+                sample_id_tail(model, settings.sampling),
+            )
+        ids = sample_id_digests([record.prompt_id], *category)
+        return all(known.has(ids[at : at + 16]) for at in range(0, len(ids), 16))
 
     return skip
 

@@ -28,7 +28,7 @@ from eagle_datagen.generation.plan import (
     shard_key,
 )
 from eagle_datagen.generation.plan_order import family_order
-from eagle_datagen.inference.samples import sample_id_digests
+from eagle_datagen.inference.samples import sample_id_digests, sample_id_tail
 from eagle_datagen.records import PromptRecord
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.storage.sample_id_set import DIGEST
@@ -90,12 +90,12 @@ def source_and_plan(
 
 def planned_category(spool: TokenizedSpool, category: str, settings: CategorySettings, model: str) -> PlannedCategory:
     """Every sample of the category's spooled prompts, wanted; the ids computed a batch of prompts at a time."""
-    per_prompt = settings.samples_per_prompt
+    per_prompt, tail = settings.samples_per_prompt, sample_id_tail(model, settings.sampling)
     sample_ids = np.empty((spool.rows(category), per_prompt), dtype=DIGEST)
     row = 0
     for batch in spool.batches(category):
         prompt_ids = batch.column("prompt_id").to_pylist()
-        digests = sample_id_digests(prompt_ids, per_prompt, model, settings.sampling)
+        digests = sample_id_digests(prompt_ids, per_prompt, tail)
         sample_ids[row : row + len(prompt_ids)] = np.frombuffer(digests, DIGEST).reshape(len(prompt_ids), per_prompt)
         row += len(prompt_ids)
     return PlannedCategory(category, sample_ids, np.ones(sample_ids.shape, dtype=bool))

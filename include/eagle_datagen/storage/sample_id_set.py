@@ -115,8 +115,13 @@ class SampleIdSet:
     def __contains__(self, sample_id: object) -> bool:
         if isinstance(sample_id, str):
             digests = digests_from_hex([sample_id])
-            return len(digests) == 1 and bool(self.contains(digests)[0])
+            return len(digests) == 1 and self.has(digests.tobytes())
         return False
+
+    def has(self, digest: bytes) -> bool:
+        """Whether the set holds the 16-byte `digest`: one binary search, for a record at a time."""
+        at = int(self.digests.searchsorted(digest))
+        return self.digests[at : at + 1].tobytes() == digest  # raw bytes: an element would lose trailing NULs
 
     def contains(self, digests: np.ndarray) -> np.ndarray:
         """For each digest of `digests` (any shape), whether the set holds it."""

@@ -87,7 +87,7 @@ def read_stored_column(root: OutputRoot, key: str, size: int, column: str) -> pa
     view[tail_start:] = np.frombuffer(root.read_range(key, tail_start, size - tail_start), dtype=np.uint8)
     footer = int.from_bytes(bytes(view[size - 8 : size - 4]), "little") + 8
     if footer > size - tail_start:
-        start = size - footer
+        start = max(0, size - footer)
         view[start:tail_start] = np.frombuffer(root.read_range(key, start, tail_start - start), dtype=np.uint8)
         tail_start = start
     metadata = pq.read_metadata(pa.BufferReader(image))

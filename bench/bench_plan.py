@@ -7,7 +7,9 @@ about 1,300 stand-in Kimi-K2.5 tokens per prompt on average, written as one JSON
 subprocess; its memory is sampled every 0.5 s as the PSS of the process and its workers together (shared pages
 counted once), and the peak is reported with the wall time. With --incremental-new F a second `plan` follows the
 first, over the same records plus F (a fraction) new ones, as an incremental run under the same output root:
-it must tokenize about F of the prompts (its `tokenized` count).
+it must tokenize about F of the prompts (its `tokenized` count). With --catalog N a store of N published sample
+ids (one run, shards of 100,000 ids) is written and the catalog an incremental run reads first (`read_catalog`) is
+loaded from it in a subprocess: its load time and peak memory (PYTHONPATH picks the code measured).
 
 Run: `.venv/bin/python bench/bench_plan.py --prompts 10000,100000 [--mode tokenize,plan] [--workdir DIR]`
 with EAGLE_DATAGEN_CACHE set (the stand-in tokenizer is built once there).
@@ -201,6 +203,46 @@ def publish_child(output: str, run_id: str) -> None:
     print(json.dumps({"published": len(ids)}))
 
 
+CATALOG_SHARD = 100_000
+
+
+def write_catalog(output: str, n: int) -> None:
+    """A published run of `n` samples, as the catalog sees it: data shards holding the sample_id column (PLAIN, as
+    `encode_shard` writes it) and a manifest listing them."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eagle_datagen.profile import load_profile
+    from eagle_datagen.storage.manifest import Manifest, ManifestFile, write_manifest
+    from eagle_datagen.storage.objects import put_once
+    from eagle_datagen.storage.output_root import open_output_root
+
+    root = open_output_root(output)
+    files = []
+    for start in range(0, n, CATALOG_SHARD):
+        ids = [hashlib.sha256(b"%d" % i).hexdigest()[:32] for i in range(start, min(n, start + CATALOG_SHARD))]
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.table({"sample_id": ids}), sink, use_dictionary=False, compression="zstd")
+        key = f"data/category=chat/run=stored/part-{start // CATALOG_SHARD:05d}.parquet"
+        stored = put_once(root, key, sink.getvalue().to_pybytes())
+        files.append(ManifestFile.of(stored, "data", rows=len(ids), category="chat"))
+    profile = load_profile("kimi-k2.5")
+    counts = {"samples": n, "data": n, "quarantine": 0, "reasons": {}}
+    write_manifest(root, Manifest("stored", profile.model, profile.name, {}, {}, counts, files))
+
+
+def catalog_child(output: str) -> None:
+    from eagle_datagen.generation.incremental import read_catalog
+    from eagle_datagen.profile import load_profile
+    from eagle_datagen.storage.output_root import open_output_root
+
+    started = time.monotonic()
+    catalog = read_catalog(open_output_root(output), load_profile("kimi-k2.5").model, None, False)
+    print(json.dumps({"catalog_ids": len(catalog.sample_ids), "load_s": round(time.monotonic() - started, 1)}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", default="10000,100000")
@@ -208,9 +250,14 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/bench-plan")
     parser.add_argument("--incremental-new", type=float, default=0.0)
     parser.add_argument("--scale", type=float, default=1.0, help="prompt length factor (0.05: ~250 tokens)")
+    parser.add_argument("--catalog", type=int, default=0, help="also load a catalog of this many stored ids")
     parser.add_argument("--plan-child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--catalog-child", nargs=1, help=argparse.SUPPRESS)
     parser.add_argument("--publish-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.catalog_child:
+        catalog_child(*args.catalog_child)
+        return
     if args.publish_child:
         publish_child(*args.publish_child)
         return
@@ -222,7 +269,15 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     env = os.environ | {"HF_HUB_OFFLINE": "1"}
     rows = []
-    for n in [int(x) for x in args.prompts.split(",")]:
+    if args.catalog:
+        store = work / f"catalog-{args.catalog}"
+        if not store.exists():
+            write_catalog(str(store), args.catalog)
+        row = {"mode": "catalog load", "prompts": args.catalog}
+        row |= measure([sys.executable, __file__, "--catalog-child", str(store)], env)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    for n in [int(x) for x in args.prompts.split(",") if x]:
         source = work / f"prompts-{n}{'' if args.scale == 1 else f'-x{args.scale}'}.jsonl"
         if not source.exists():
             started = time.monotonic()

@@ -151,11 +151,11 @@ def test_the_ttl_is_judged_by_the_stores_clock(tmp_path):
     ids = plan_run(options(tmp_path, output, "a"))
     now = root.list_modified(claim_key("a"))[claim_key("a")]
     in_flight = claimed_sample_ids(root, now + 60, HOUR, "moonshotai/Kimi-K2.5", None, set(), "b")
-    assert in_flight == ids
-    assert claimed_sample_ids(root, now + 2 * HOUR, HOUR, "moonshotai/Kimi-K2.5", None, set(), "b") == set()
-    assert claimed_sample_ids(root, now, HOUR, "moonshotai/Kimi-K2.5", None, {"a"}, "b") == set()  # published
-    assert claimed_sample_ids(root, now, HOUR, "moonshotai/Kimi-K2.5", None, set(), "a") == set()  # its own
-    assert claimed_sample_ids(root, now, HOUR, "another/model", None, set(), "b") == set()
+    assert set(in_flight) == ids
+    assert not claimed_sample_ids(root, now + 2 * HOUR, HOUR, "moonshotai/Kimi-K2.5", None, set(), "b")
+    assert not claimed_sample_ids(root, now, HOUR, "moonshotai/Kimi-K2.5", None, {"a"}, "b")  # published
+    assert not claimed_sample_ids(root, now, HOUR, "moonshotai/Kimi-K2.5", None, set(), "a")  # its own
+    assert not claimed_sample_ids(root, now, HOUR, "another/model", None, set(), "b")
 
 
 def test_claims_of_other_weights_do_not_count_for_a_per_weight_version_run(tmp_path):

@@ -129,3 +129,16 @@ def test_the_streamed_order_of_the_examples_above():
     assert _streamed_order(items) == [2, 4, 0, 5, 1, 3]
     assert _streamed_order([[1, 2, THINK], [3, THINK], [1, 2, THINK]]) == [0, 2, 1]
     assert _streamed_order([[1, 3], [5], [1, 2, 3], [1, 2]]) == [0, 1, 3, 2]
+
+
+def test_the_streamed_order_is_the_same_when_families_are_placed_a_few_at_a_time(monkeypatch):
+    """Families are placed in slices of ROOT_SLICE (prompts without extensions as arrays): any slice size gives
+    extensions_together's order."""
+    from eagle_datagen.generation import plan_order
+
+    for size in (1, 2, 3, 64):
+        monkeypatch.setattr(plan_order, "ROOT_SLICE", size)
+        for seed in range(5):
+            items = _dataset(seed)
+            expected = extensions_together(list(range(len(items))), items.__getitem__)
+            assert _streamed_order(items, batch=5) == expected, (size, seed)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from eagle_datagen import settings
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.storage.parquet import read_parquet_bytes
+from eagle_datagen.storage.sample_id_set import SampleIdSet, digests_from_hex
 
 log = logging.getLogger(__name__)
 CLAIM_METADATA = b"eagle_datagen.claim"
@@ -56,7 +57,7 @@ class Claim:
     model: str
     weight_version: str | None
     categories: list[str]
-    sample_ids: list[str]
+    sample_ids: Sequence[str] | pa.StringArray  # a planner writes an Arrow array (`hex_strings`): the same file
 
 
 def claim_key(run_id: str) -> str:
@@ -90,9 +91,16 @@ def withdraw_claim(root: OutputRoot, run_id: str) -> None:
 
 
 def read_claim(root: OutputRoot, run_id: str) -> Claim:
+    """The claim with its ids as Python strings (`_read_claim_ids` keeps them as an Arrow array)."""
+    claim = _read_claim_ids(root, run_id)
+    return Claim(claim.run_id, claim.model, claim.weight_version, claim.categories, claim.sample_ids.to_pylist())
+
+
+def _read_claim_ids(root: OutputRoot, run_id: str) -> Claim:
     table = read_parquet_bytes(root.read_bytes(claim_key(run_id)))
     meta = json.loads(table.schema.metadata[CLAIM_METADATA])
-    return Claim(meta["run_id"], meta["model"], meta["weight_version"], meta["categories"], table.column(0).to_pylist())
+    ids = table.column(0).combine_chunks()
+    return Claim(meta["run_id"], meta["model"], meta["weight_version"], meta["categories"], ids)
 
 
 def _activity_prefixes(run_id: str, categories: list[str]) -> Iterator[str]:
@@ -123,20 +131,20 @@ def claimed_sample_ids(
     published: Container[str],
     own_run_id: str,
     holders: dict[str, dict[str, float | int]] | None = None,
-) -> set[str]:
+) -> SampleIdSet:
     """The sample ids that runs in flight at `now` (the store's time) have claimed: claims of `model` (and
     `weight_version`, when given) whose run is not in `published` and was active within `ttl_s`. `holders`,
     when given, gets each such run's claimed samples, last sign of life, when its claim expires (store
     times) and whether it is live (showed life within LIVE_HEARTBEATS heartbeat intervals), for a message
     that says which run holds what and until when."""
     horizon = now - ttl_s
-    found: set[str] = set()
+    found = []
     runs = 0
     for key, claimed_at in root.list_modified("claims/").items():
         run_id = key.removeprefix("claims/run=").removesuffix(".parquet")
         if not key.endswith(".parquet") or run_id == own_run_id or run_id in published:
             continue
-        claim = read_claim(root, run_id)
+        claim = _read_claim_ids(root, run_id)
         if claim.model != model or (weight_version is not None and claim.weight_version != weight_version):
             continue
         if claimed_at < horizon and not _active_since(root, _activity_prefixes(run_id, claim.categories), horizon):
@@ -148,7 +156,7 @@ def claimed_sample_ids(
             )
             continue
         runs += 1
-        found.update(claim.sample_ids)
+        found.append(digests_from_hex(claim.sample_ids))
         if holders is not None:
             last = _last_active(root, _activity_prefixes(run_id, claim.categories), claimed_at)
             live = now - last <= LIVE_HEARTBEATS * heartbeat_interval_s(ttl_s)
@@ -158,5 +166,6 @@ def claimed_sample_ids(
                 "expires": last + ttl_s,
                 "live": live,
             }
-    log.info("claims: %d samples planned by %d run(s) in flight", len(found), runs)
-    return found
+    claimed = SampleIdSet.merged(found)
+    log.info("claims: %d samples planned by %d run(s) in flight", len(claimed), runs)
+    return claimed

@@ -15,14 +15,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
+
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.claims import Claim, claimed_sample_ids, write_claim
-from eagle_datagen.generation.plan import CategorySettings, PlannedKey
+from eagle_datagen.generation.plan import CategorySettings, PlannedCategory
 from eagle_datagen.generation.plan_lock import PlanLock, PlanLockPolicy
-from eagle_datagen.inference.samples import make_sample_id
+from eagle_datagen.inference.samples import sample_id_digests, sample_id_tail
 from eagle_datagen.records import PromptRecord
 from eagle_datagen.storage.catalog import Catalog
 from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.storage.sample_id_set import DIGEST, SampleIdSet, hex_strings
 from eagle_datagen.tokenization.provenance import check_same_tokenizer
 
 log = logging.getLogger(__name__)
@@ -64,20 +67,22 @@ def rerun_after(holders: dict[str, dict[str, Any]]) -> str:
     return _when(max(h["expires"] for h in holders.values()))
 
 
-def planned_sample_ids(planned: list[PlannedKey], settings: dict[str, CategorySettings], model: str) -> list[list[str]]:
-    """The sample ids of each planned prompt, in the order of its sample indices."""
-    return [[make_sample_id(p.prompt_id, k, model, settings[p.category].sampling) for k in p.indices] for p in planned]
+def wanted_sample_ids(planned: list[PlannedCategory]) -> np.ndarray:
+    """The digests of the samples `planned` generates, in plan-building order: category by category (in the
+    order given), prompt by prompt, each in sample index order (the claim's order)."""
+    parts = [p.wanted_ids() for p in planned]
+    return np.concatenate(parts) if parts else np.empty(0, DIGEST)
 
 
-def keep_new(planned: list[PlannedKey], ids: list[list[str]], existing: set[str]) -> tuple[list[PlannedKey], list[str]]:
-    """The prompts with the samples `existing` lacks (prompts left with none are dropped), and their ids."""
-    kept, kept_ids = [], []
-    for prompt, sample_ids in zip(planned, ids, strict=True):
-        new = [(k, sid) for k, sid in zip(prompt.indices, sample_ids, strict=True) if sid not in existing]
-        if new:
-            kept.append(prompt._replace(indices=[k for k, _ in new]))
-            kept_ids.extend(sid for _, sid in new)
-    return kept, kept_ids
+def keep_new(planned: list[PlannedCategory], *existing: SampleIdSet) -> list[PlannedCategory]:
+    """`planned` without the samples any of `existing` holds (a prompt left with none has no row in the plan)."""
+    kept = []
+    for p in planned:
+        known = np.zeros(p.sample_ids.shape, dtype=bool)
+        for ids in existing:
+            known |= ids.contains(p.sample_ids)
+        kept.append(p.keep(~known))
+    return kept
 
 
 def read_catalog(root: OutputRoot, model: str, weight_version: str | None, per_weight_version: bool) -> Catalog:
@@ -107,17 +112,19 @@ def skip_published(
         return None
     if not catalog.sample_ids:
         return None
-    by_category: dict[str, CategorySettings] = {}
+    by_category: dict[str, tuple[int, str]] = {}  # samples per prompt, sample_id_tail
     known = catalog.sample_ids
 
     def skip(record: PromptRecord) -> bool:
-        settings = by_category.get(record.category)
-        if settings is None:
-            settings = by_category[record.category] = settings_for([record.category])[record.category]
-        return all(
-            make_sample_id(record.prompt_id, k, model, settings.sampling) in known
-            for k in range(settings.samples_per_prompt)
-        )
+        category = by_category.get(record.category)
+        if category is None:
+            settings = settings_for([record.category])[record.category]
+            category = by_category[record.category] = (
+                settings.samples_per_prompt,
+                sample_id_tail(model, settings.sampling),
+            )
+        ids = sample_id_digests([record.prompt_id], *category)
+        return all(known.has(ids[at : at + 16]) for at in range(0, len(ids), 16))
 
     return skip
 
@@ -125,7 +132,7 @@ def skip_published(
 def claim_samples(
     root: OutputRoot,
     run_id: str,
-    planned: list[PlannedKey],
+    planned: list[PlannedCategory],
     settings: dict[str, CategorySettings],
     model: str,
     weight_version: str | None,
@@ -137,17 +144,17 @@ def claim_samples(
     claim: bool = True,
     tokenizer: dict[str, Any] | None = None,
     catalog: Catalog | None = None,
-) -> list[PlannedKey]:
+) -> list[PlannedCategory]:
     """The samples this run plans, claimed under its run id (unless `claim` is False: a dry run, whose plan
     is never generated). Raises NothingToDo when none is new."""
-    ids = planned_sample_ids(planned, settings, model)
 
-    def write(sample_ids: list[str]) -> None:
+    def write(chosen: list[PlannedCategory]) -> None:
         if claim:
-            write_claim(root, Claim(run_id, model, weight_version, sorted(settings), sample_ids))
+            ids = hex_strings(wanted_sample_ids(chosen))
+            write_claim(root, Claim(run_id, model, weight_version, sorted(settings), ids))
 
     if not incremental:
-        write([sid for row in ids for sid in row])
+        write(planned)
         return planned
     wanted = weight_version if per_weight_version else None
     catalog = catalog if catalog is not None else Catalog(model, wanted).refresh(root)
@@ -160,28 +167,30 @@ def claim_samples(
         in_flight = claimed_sample_ids(
             root, lock.acquired_at, claim_ttl_s, model, wanted, catalog.runs, run_id, holders
         )
-        kept, kept_ids = keep_new(planned, ids, catalog.sample_ids | in_flight)
-        every = {sid for row in ids for sid in row}
-        published = every & catalog.sample_ids
+        kept = keep_new(planned, catalog.sample_ids, in_flight)  # not their union: a copy of the catalog
+        new = sum(p.samples for p in kept)
+        every = SampleIdSet(wanted_sample_ids(planned)).digests  # each distinct sample once
+        published_mask = catalog.sample_ids.contains(every)
+        published = int(published_mask.sum())
+        held = int((in_flight.contains(every) & ~published_mask).sum())
         log.info(
             "incremental: of %d samples, %d are published, %d planned by runs in flight, %d new",
             len(every),
-            len(published),
-            len((every & in_flight) - published),
-            len(kept_ids),
+            published,
+            held,
+            new,
         )
-        if not kept:
-            held = (every & in_flight) - published
+        if not new:
             if not held:
                 message = f"run {run_id}: all {len(every)} samples are already published under this output root"
-                raise NothingToDo(message, len(published))
+                raise NothingToDo(message, published)
             raise NothingToDo(
-                f"run {run_id}: nothing to generate, but {len(held)} of its {len(every)} samples are not published "
-                f"({len(published)} are): {describe_holders(holders)}: rerun after {rerun_after(holders)}, or "
+                f"run {run_id}: nothing to generate, but {held} of its {len(every)} samples are not published "
+                f"({published} are): {describe_holders(holders)}: rerun after {rerun_after(holders)}, or "
                 "once the holding run has ended (a failed or withdrawn run releases its claims)",
-                len(published),
+                published,
                 holders,
             )
         lock.verify()
-        write(kept_ids)
+        write(kept)
     return kept

@@ -11,8 +11,9 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -104,13 +105,31 @@ def shard_key(run_id: str, index: int) -> str:
 PlannedPrompt = tuple[TokenizedPrompt, list[int]]  # a prompt and the sample indices to generate for it
 
 
-class PlannedKey(NamedTuple):
-    """A prompt of a plan being built, by its keys: what choosing samples needs, without its ids or text."""
+@dataclass
+class PlannedCategory:
+    """A category of a plan being built, as arrays over the rows of its tokenized spool (row r: the spool's r-th
+    prompt): each prompt's sample ids as 16-byte digests (`sample_ids`, rows x samples per prompt, S16: what
+    choosing samples compares) and which of them the plan generates (`wanted`, the same shape). No prompt's ids
+    or text, and no Python object per prompt: 17 bytes a sample."""
 
-    prompt_id: str
     category: str
-    indices: list[int]  # the sample indices to generate
-    row: int  # its row in the category's tokenized spool
+    sample_ids: np.ndarray
+    wanted: np.ndarray
+
+    @property
+    def samples(self) -> int:
+        return int(np.count_nonzero(self.wanted))
+
+    def rows(self) -> np.ndarray:
+        """The spool rows of the prompts with a sample to generate, ascending."""
+        return np.flatnonzero(self.wanted.any(axis=1))
+
+    def wanted_ids(self) -> np.ndarray:
+        """The digests of the samples to generate: prompt by prompt, each in sample index order."""
+        return self.sample_ids[self.wanted]
+
+    def keep(self, wanted: np.ndarray) -> PlannedCategory:
+        return PlannedCategory(self.category, self.sample_ids, self.wanted & wanted)
 
 
 def parquet_bytes(table: pa.Table) -> bytes:

@@ -1,7 +1,8 @@
 """Building a run's plan in memory flat in the number of prompts: source and tokenize into a local spool
-(`stream_and_tokenize`), choose the samples on keys (prompt id, category, sample indices: `claim_samples`), order
-each category's chosen prompts (`family_order`, the plan order) and write the shards one at a time, each read
-from the spool by row. Memory holds a few numbers and a prompt id per prompt, and one shard's rows.
+(`stream_and_tokenize`), choose the samples on arrays (each category's sample ids as 16-byte digests and which of
+them to generate: `PlannedCategory`, `claim_samples`), order each category's chosen prompts (`family_order`, the
+plan order) and write the shards one at a time, each read from the spool by row. Memory holds a few numbers per
+prompt (17 bytes a sample, 4 its length: no Python object per prompt), and one shard's rows.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import (
     PLAN_SCHEMA,
     CategorySettings,
-    PlannedKey,
+    PlannedCategory,
     RunPlan,
     ShardInfo,
     parquet_bytes,
@@ -27,15 +28,17 @@ from eagle_datagen.generation.plan import (
     shard_key,
 )
 from eagle_datagen.generation.plan_order import family_order
+from eagle_datagen.inference.samples import sample_id_digests, sample_id_tail
 from eagle_datagen.records import PromptRecord
 from eagle_datagen.storage.output_root import OutputRoot
+from eagle_datagen.storage.sample_id_set import DIGEST
 from eagle_datagen.tokenization.stage import TokenizeSetup, stream_and_tokenize
 from eagle_datagen.tokenization.tokenized_spool import TokenizedSpool
 
 log = logging.getLogger(__name__)
 
 SettingsFor = Callable[[list[str]], dict[str, CategorySettings]]
-Choose = Callable[[list[PlannedKey], dict[str, CategorySettings]], list[PlannedKey]]
+Choose = Callable[[list[PlannedCategory], dict[str, CategorySettings]], list[PlannedCategory]]
 
 
 def source_and_plan(
@@ -75,13 +78,9 @@ def source_and_plan(
                 raise NothingToDo(f"run {run_id}: every sample is already published under this output root")
             raise DataGenError("no prompts left to generate after validation: check the sources and --categories")
         settings = settings_for(spool.categories)
-        keys = [
-            PlannedKey(prompt_id, category, list(range(settings[category].samples_per_prompt)), row)
-            for category in spool.categories
-            for row, prompt_id in enumerate(_prompt_ids(spool, category))
-        ]
-        chosen = choose(keys, settings)
-        del keys
+        planned = [planned_category(spool, category, settings[category], model) for category in spool.categories]
+        chosen = choose(planned, settings)
+        del planned
         plan = write_spooled_plan(
             root, RunPlan(run_id, model, setup.profile.name, settings, [], provenance), spool, chosen, shard_size
         )
@@ -89,36 +88,48 @@ def source_and_plan(
     return plan
 
 
-def _prompt_ids(spool: TokenizedSpool, category: str) -> Iterator[str]:
+def planned_category(spool: TokenizedSpool, category: str, settings: CategorySettings, model: str) -> PlannedCategory:
+    """Every sample of the category's spooled prompts, wanted; the ids computed a batch of prompts at a time."""
+    per_prompt, tail = settings.samples_per_prompt, sample_id_tail(model, settings.sampling)
+    sample_ids = np.empty((spool.rows(category), per_prompt), dtype=DIGEST)
+    row = 0
     for batch in spool.batches(category):
-        yield from batch.column("prompt_id").to_pylist()
+        prompt_ids = batch.column("prompt_id").to_pylist()
+        digests = sample_id_digests(prompt_ids, per_prompt, tail)
+        sample_ids[row : row + len(prompt_ids)] = np.frombuffer(digests, DIGEST).reshape(len(prompt_ids), per_prompt)
+        row += len(prompt_ids)
+    return PlannedCategory(category, sample_ids, np.ones(sample_ids.shape, dtype=bool))
 
 
 def write_spooled_plan(
-    root: OutputRoot, plan: RunPlan, spool: TokenizedSpool, chosen: list[PlannedKey], shard_size: int
+    root: OutputRoot, plan: RunPlan, spool: TokenizedSpool, chosen: list[PlannedCategory], shard_size: int
 ) -> RunPlan:
     """Each category's `chosen` prompts in plan order, in shards of `shard_size` written one at a time; plan.json
     last (a plan.json on storage means the whole plan is there). Returns `plan` with its shards."""
-    by_category: dict[str, list[PlannedKey]] = {}
-    for key in chosen:
-        by_category.setdefault(key.category, []).append(key)
     shards: list[ShardInfo] = []
-    for category in sorted(by_category):
-        keys = by_category.pop(category)
-        rows = np.fromiter((k.row for k in keys), dtype=np.int64, count=len(keys))
+    for planned in sorted(chosen, key=lambda p: p.category):
+        category, rows = planned.category, planned.rows()
+        if not len(rows):
+            continue
         order = family_order(lambda rows=rows, category=category: _ids_of(spool, category, rows), len(rows))
         keep_conversation = plan.categories[category].turns == "each"
         for start in range(0, len(order), shard_size):
-            members = [keys[i] for i in order[start : start + shard_size].tolist()]
-            table = spool.take(category, np.array([k.row for k in members], dtype=np.int64))
-            info = ShardInfo(len(shards), category, len(members), sum(len(k.indices) for k in members))
+            members = rows[order[start : start + shard_size]]
+            wanted = planned.wanted[members]
+            counts = np.count_nonzero(wanted, axis=1)
+            indices = pa.ListArray.from_arrays(
+                pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)),
+                pa.array(np.nonzero(wanted)[1].astype(np.int32)),
+            )
+            table = spool.take(category, members)
+            info = ShardInfo(len(shards), category, len(members), int(counts.sum()))
             shard = pa.table(
                 {
                     "record_id": table.column("record_id"),
                     "prompt_id": table.column("prompt_id"),
                     "category": pa.array([category] * len(members), pa.string()),
                     "prompt_ids": table.column("prompt_ids"),
-                    "sample_indices": pa.array([k.indices for k in members], pa.list_(pa.int32())),
+                    "sample_indices": indices,
                     "conversation": table.column("conversation")
                     if keep_conversation
                     else pa.nulls(len(members), pa.string()),

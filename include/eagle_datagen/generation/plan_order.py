@@ -132,7 +132,8 @@ def family_order(batches: Callable[[], Iterator[pa.ListArray]], n: int) -> np.nd
     # an identical prompt earlier in the dataset: the nearest one is the parent
     same = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1]) + 1
     parent[by_key[same]] = by_key[same - 1]
-    sibling_key: dict[int, bytes] = {}
+    child_rows: list[np.ndarray] = []  # the prompts given a parent by a prefix here, slice by slice
+    child_keys: list[np.ndarray] = []  # ... and their sibling keys: the next ids after the prefix, -1 past the end
     row = 0
     for batch in batches():
         for first, values, offsets in _slices(batch):
@@ -141,22 +142,34 @@ def family_order(batches: Callable[[], Iterator[pa.ListArray]], n: int) -> np.nd
             row_length = np.repeat(np.diff(offsets), np.diff(offsets))
             hit = (sorted_keys[at] == keys) & (length < row_length)
             longest = np.maximum.reduceat(np.where(hit, length, 0), offsets[:-1])
-            for local in np.flatnonzero(longest):
-                index = row + first + int(local)
-                if parent[index] >= 0:
-                    continue  # an identical prompt is its longest prefix
-                prefix = int(longest[local])
+            local = np.flatnonzero(longest)
+            index = row + first + local
+            fresh = parent[index] < 0  # otherwise an identical prompt is its longest prefix
+            local, index = local[fresh], index[fresh]
+            if len(local):
+                prefix = longest[local].astype(np.int64)
                 key = keys[offsets[local] + prefix - 1]
-                parent[index] = by_key[int(np.searchsorted(sorted_keys, key, side="right")) - 1]
-                ids = values[offsets[local] + prefix : offsets[local] + prefix + SIBLING_KEY_TOKENS]
-                sibling_key[index] = ids.astype(">u4").tobytes()
+                parent[index] = by_key[np.searchsorted(sorted_keys, key, side="right") - 1]
+                at = (offsets[local] + prefix)[:, None] + np.arange(SIBLING_KEY_TOKENS)
+                inside = at < offsets[local + 1][:, None]
+                child_keys.append(np.where(inside, values[np.minimum(at, len(values) - 1)], -1).astype(np.int32))
+                child_rows.append(index)
         row += len(batch)
-    return _depth_first(parent, sibling_key)
+    return _depth_first(parent, _concat(child_rows, np.int64), _concat(child_keys, np.int32, SIBLING_KEY_TOKENS))
 
 
-def _depth_first(parent: np.ndarray, sibling_key: dict[int, bytes]) -> np.ndarray:
+def _concat(parts: list[np.ndarray], dtype: type, width: int | None = None) -> np.ndarray:
+    if parts:
+        return np.concatenate(parts)
+    return np.empty((0, width) if width else 0, dtype=dtype)
+
+
+ROOT_SLICE = 1 << 16  # families placed at a time: prompts without extensions are placed as arrays
+
+
+def _depth_first(parent: np.ndarray, keyed: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Families in the order of their first row, each in depth-first order from its root, children ordered by
-    their sibling key, then row."""
+    their sibling key (`keys` of the rows `keyed`, ascending; a child without one: all -1), then row."""
     n = len(parent)
     root = np.where(parent < 0, np.arange(n), parent)
     while True:
@@ -166,22 +179,31 @@ def _depth_first(parent: np.ndarray, sibling_key: dict[int, bytes]) -> np.ndarra
         root = jumped
     first = np.full(n, n, dtype=np.int64)
     np.minimum.at(first, root, np.arange(n))
-    children: dict[int, list[int]] = {}
-    for child in np.flatnonzero(parent >= 0).tolist():
-        children.setdefault(int(parent[child]), []).append(child)
+    children = np.flatnonzero(parent >= 0)
+    sibling = np.full((len(children), SIBLING_KEY_TOKENS), -1, dtype=np.int32)
+    sibling[np.searchsorted(children, keyed)] = keys
+    # children grouped by parent, each group by sibling key (its ids in order: lexicographic), then row
+    by = np.lexsort((children, *(sibling[:, t] for t in reversed(range(SIBLING_KEY_TOKENS))), parent[children]))
+    children = children[by]
+    count = np.bincount(parent[children], minlength=n)
+    start = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(count)])
     roots = np.flatnonzero(parent < 0)
     roots = roots[np.argsort(first[roots], kind="stable")]
     order = np.empty(n, dtype=np.int64)
     filled = 0
-    for top in roots.tolist():
-        stack = [top]
-        while stack:
-            current = stack.pop()
-            order[filled] = current
-            filled += 1
-            kids = children.get(current)
-            if kids:
-                kids.sort(key=lambda c: (sibling_key.get(c, b""), c), reverse=True)
-                stack.extend(kids)
+    for begin in range(0, len(roots), ROOT_SLICE):
+        part = roots[begin : begin + ROOT_SLICE]
+        if not count[part].any():
+            order[filled : filled + len(part)] = part
+            filled += len(part)
+            continue
+        for top in part.tolist():
+            stack = [top]
+            while stack:
+                current = stack.pop()
+                order[filled] = current
+                filled += 1
+                if count[current]:
+                    stack.extend(children[start[current] : start[current + 1]][::-1].tolist())
     assert filled == n
     return order

@@ -44,7 +44,7 @@ from eagle_datagen.generation.heartbeat import heartbeat
 from eagle_datagen.generation.incremental import claim_samples, read_catalog, skip_published
 from eagle_datagen.generation.plan import (
     CategorySettings,
-    PlannedKey,
+    PlannedCategory,
     RunPlan,
     is_conversation_shard,
     load_plan,
@@ -479,7 +479,7 @@ def prepare_plan(
             check_same_tokenizer(published, made_with, provenance, "published run", options.front_end)
     skip = skip_published(catalog, model, setup.loaded.provenance(), settings_for) if catalog else None
 
-    def choose(planned: list[PlannedKey], settings: dict[str, CategorySettings]) -> list[PlannedKey]:
+    def choose(planned: list[PlannedCategory], settings: dict[str, CategorySettings]) -> list[PlannedCategory]:
         return claim_samples(
             root,
             run_id,

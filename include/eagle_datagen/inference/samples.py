@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,9 +22,25 @@ def sampling_fingerprint(sampling: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in sorted(sampling.items()) if v is not None}, separators=(",", ":"))
 
 
+def sample_id_tail(model: str, sampling: dict[str, Any]) -> str:
+    """What follows the prompt id and the sample index in the text a sample id hashes (the same for a category)."""
+    return f":{model}:{sampling_fingerprint(sampling)}"
+
+
 def make_sample_id(prompt_id: str, sample_index: int, model: str, sampling: dict[str, Any]) -> str:
-    text = f"{prompt_id}:{sample_index}:{model}:{sampling_fingerprint(sampling)}"
+    text = f"{prompt_id}:{sample_index}{sample_id_tail(model, sampling)}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def sample_id_digests(prompt_ids: Iterable[str], samples: int, tail: str) -> bytes:
+    """The ids of samples 0..`samples`-1 of each prompt (prompt by prompt; `tail`: `sample_id_tail`), each as the
+    16 bytes its text encodes (`bytes.fromhex(make_sample_id(...))`), one after the other: no Python object per
+    id is kept."""
+    out = bytearray()
+    for prompt_id in prompt_ids:
+        for k in range(samples):
+            out += hashlib.sha256(f"{prompt_id}:{k}{tail}".encode()).digest()[:16]
+    return bytes(out)
 
 
 def sampling_seed_for(sample_id: str) -> int:

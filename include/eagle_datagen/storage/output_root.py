@@ -6,13 +6,12 @@ errors (a store restarting, throttling, connection resets) for up to two minutes
 Keys are checked before use: a key built from a tampered plan or manifest (`../`, an absolute path) must
 not reach outside the root. `list_modified` gives each key's modification time as the store recorded it
 (S3 `LastModified`, a local file's mtime): times that different workers compare without trusting each
-other's clocks. `read_range` reads part of an object, and `StoredFile` makes one a seekable file for
-readers that need only some of it (the catalog: a Parquet file's footer and one column).
+other's clocks. `read_range` reads part of an object, for readers that need only some of it (the catalog: a
+Parquet file's footer and one column, `catalog.read_stored_column`).
 """
 
 from __future__ import annotations
 
-import io
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -221,44 +220,6 @@ class S3OutputRoot:
 
         where = f"s3://{self._base.bucket}/{full_prefix}"
         return dict(sorted(retry_transient(f"list {where}", listing).items()))
-
-
-class StoredFile(io.RawIOBase):
-    """A stored object of known size as a seekable read-only file that fetches only the byte ranges read:
-    pyarrow then reads a Parquet file's footer and the columns asked for, not the whole object. The last
-    range fetched is kept, so a small file, fetched whole with the footer, costs one request."""
-
-    def __init__(self, root: OutputRoot, key: str, size: int) -> None:
-        super().__init__()
-        self.root, self.key, self.size = root, key, size
-        self._position = 0
-        self._fetched_at, self._fetched = 0, b""
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self._position = offset + {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self.size}[whence]
-        return self._position
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        length = min(len(buffer), self.size - self._position)
-        if length <= 0:
-            return 0
-        offset = self._position - self._fetched_at
-        if offset < 0 or offset + length > len(self._fetched):
-            self._fetched_at, offset = self._position, 0
-            self._fetched = self.root.read_range(self.key, self._position, length)
-        chunk = self._fetched[offset : offset + length]
-        buffer[: len(chunk)] = chunk
-        self._position += len(chunk)
-        return len(chunk)
 
 
 def open_output_root(uri: str) -> OutputRoot:

@@ -144,6 +144,7 @@ def claim_samples(
     claim: bool = True,
     tokenizer: dict[str, Any] | None = None,
     catalog: Catalog | None = None,
+    front_end: str = "cli",
 ) -> list[PlannedCategory]:
     """The samples this run plans, claimed under its run id (unless `claim` is False: a dry run, whose plan
     is never generated). Raises NothingToDo when none is new."""
@@ -162,7 +163,7 @@ def claim_samples(
         catalog.refresh(root)  # runs published while this one waited
         if tokenizer is not None:  # its samples are recognised by prompt, not ids: one tokenizer per root
             for published, provenance in sorted(catalog.provenance.items()):
-                check_same_tokenizer(published, provenance, tokenizer, "published run")
+                check_same_tokenizer(published, provenance, tokenizer, "published run", front_end)
         holders: dict[str, dict[str, Any]] = {}
         in_flight = claimed_sample_ids(
             root, lock.acquired_at, claim_ttl_s, model, wanted, catalog.runs, run_id, holders

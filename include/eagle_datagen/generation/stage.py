@@ -494,6 +494,7 @@ def prepare_plan(
             claim=options.claim,
             tokenizer=provenance,
             catalog=catalog,
+            front_end=options.front_end,
         )
 
     return source_and_plan(

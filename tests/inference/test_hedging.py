@@ -21,13 +21,13 @@ WATCH = LivenessPolicy(lost_after_s=0.5, poll_s=0.1, grace_s=0.1)
 RETRY = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.02)
 
 
-def sample() -> SampleRequest:
+def sample(i: int = 0) -> SampleRequest:
     return SampleRequest.create(
-        prompt_id="p",
+        prompt_id=f"p{i}",
         record_id=None,
         category="chat",
         sample_index=0,
-        prompt_ids=[163587, 1000, 163586, 163588, 69702, 163601, 163606],
+        prompt_ids=[163587, 1000 + i, 163586, 163588, 69702, 163601, 163606],
         model="m",
         sampling={"max_new_tokens": 64},
     )
@@ -76,18 +76,7 @@ def test_a_hedge_that_fails_is_not_counted_as_won_and_the_sample_is_retried():
 
 
 def drain_requests(n: int) -> list[SampleRequest]:
-    return [
-        SampleRequest.create(
-            prompt_id=f"p{i}",
-            record_id=None,
-            category="chat",
-            sample_index=0,
-            prompt_ids=[163587, 1000 + i, 163586, 163588, 69702, 163601, 163606],
-            model="m",
-            sampling={"max_new_tokens": 64},
-        )
-        for i in range(n)
-    ]
+    return [sample(i) for i in range(n)]
 
 
 SLOW_ANSWER_S = 6.0  # 60 ids at 0.1 s each on the slow replica; the fast one answers at once

@@ -201,7 +201,7 @@ class GenerateClient:
                 return stranded, endpoint, None
             hedge_body = body | {"rid": f"{body['rid']}-h"}
             monitor.hedged[other.url] += 1
-            hedge_watch = monitor.watch(other.url, hedge_body["rid"])
+            hedge_watch = monitor.watch(other.url, hedge_body["rid"], hedge=True)  # never drain-hedged itself
             second = self._heard(monitor, other, hedge_body)
             lost_too = asyncio.create_task(hedge_watch.lost.wait())
             try:

@@ -83,7 +83,9 @@ class ServerOptions:
     extra_args: tuple[str, ...] = ()  # e.g. ("--reasoning-parser", "kimi_k2") to test preflight's warning
 
 
-def sglang_command(model_path: Path, port: int, options: ServerOptions = ServerOptions()) -> list[str]:
+def sglang_command(
+    model_path: Path, port: int, options: ServerOptions = ServerOptions(), nccl_port: int | None = None
+) -> list[str]:
     args = [
         str(engine_venv() / "bin" / "python"), "-m", "sglang.launch_server",
         "--model-path", str(model_path),
@@ -97,6 +99,8 @@ def sglang_command(model_path: Path, port: int, options: ServerOptions = ServerO
         "--max-total-tokens", str(options.max_total_tokens),
         "--max-running-requests", str(options.max_running_requests),
     ]
+    if nccl_port:  # SGLang picks its own free one and binds it later: two servers starting together can collide
+        args += ["--nccl-port", str(nccl_port)]
     if options.skip_tokenizer_init:
         args.append("--skip-tokenizer-init")
     else:  # the model dir's tokenizer is remote code over tiktoken, served as the real Kimi-K2.5 is
@@ -112,6 +116,7 @@ class SGLangServer:
     log_dir: Path
     options: ServerOptions = ServerOptions()
     port: int = 0  # 0: a free port, kept across restarts
+    nccl_port: int = 0  # torch.distributed's rendezvous port; 0: a free one, kept across restarts
     name: str = "sglang"
     start_timeout_s: float = 240.0
     component: Component | None = field(default=None, repr=False)
@@ -127,10 +132,11 @@ class SGLangServer:
             raise EngineMissing(reason)
         if not self.port:
             self.port = free_port()
+        while not self.nccl_port or self.nccl_port == self.port:
+            self.nccl_port = free_port()
         began = time.monotonic()
-        self.component = Component(
-            self.name, sglang_command(self.model_path, self.port, self.options), engine_env(), self.log_dir
-        ).start()
+        command = sglang_command(self.model_path, self.port, self.options, nccl_port=self.nccl_port)
+        self.component = Component(self.name, command, engine_env(), self.log_dir).start()
         try:
             wait_until(lambda: http_ok(f"{self.url}/health"), self.start_timeout_s,
                        f"SGLang {self.name} at {self.url} answering /health", alive=[self.component], every_s=1.0)

@@ -58,8 +58,10 @@ def test_a_run_passes_the_agreement_check(engine, tmp_path):
     _, proxy = engine
     src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"question {i}: why?") for i in range(3)])
     out = tmp_path / "out"
+    # the default draft vocabulary: the tiny model may answer all three badly (quarantined, no trained tokens),
+    # which skips it with a warning, where an explicit size would fail a run this test is not about
     args = ["--prompts", str(src), "--output", str(out), "--run-id", "agree", "--max-new-tokens", "96",
-            "--draft-vocab-size", "16", "--sglang-url", proxy.url]  # fmt: skip
+            "--sglang-url", proxy.url]  # fmt: skip
     result = run_cli(args, timeout_s=400)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"tokenizer agreement: {len(CANARIES)} canaries give the same ids on 1 endpoint(s)" in result.stderr

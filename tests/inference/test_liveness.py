@@ -76,3 +76,35 @@ def test_a_shortfall_of_young_requests_alone_flags_nothing_until_one_is_past_its
         assert not entries[1].lost.is_set()
 
     asyncio.run(scenario())
+
+
+def test_requests_ending_as_the_server_counts_do_not_restart_the_clock():
+    """On a busy replica a request ends every poll, and a count taken as it ends may still hold it: such a poll
+    hides a lost one, so it keeps the shortfall's clock running; a poll that no recent end explains clears it."""
+
+    async def scenario() -> None:
+        monitor, entries = monitor_with([100.0, 90.0, 80.0, 70.0], now=1000.0)  # r0 lost, r1-r3 running
+        assert monitor.compare("http://a", 3, 1000.0) == []  # short by one: the clock starts
+        monitor.forget(entries[3], at=1029.0)  # r3 answers; the server's count, asked at 1029.5, still holds it
+        assert monitor.compare("http://a", 3, 1030.0, asked=1029.5) == []  # hidden, not cleared
+        assert monitor.compare("http://a", 2, 1059.0) == []  # r1 and r2 counted: short again (one poll)
+        assert [e.rid for e in monitor.compare("http://a", 2, 1060.0)] == ["r0"]  # lost_after_s since 1000
+
+    asyncio.run(scenario())
+
+
+def test_a_full_count_with_no_recent_end_clears_the_shortfall_and_one_short_poll_flags_nothing():
+    async def scenario() -> None:
+        monitor, entries = monitor_with([100.0, 90.0], now=1000.0)
+        assert monitor.compare("http://a", 1, 1000.0) == []  # short by one
+        monitor.forget(entries[1], at=1001.0)
+        assert monitor.compare("http://a", 1, 1030.0, asked=1029.5) == []  # r1's end is 28 s old: cleared
+        assert monitor.compare("http://a", 0, 1061.0) == []  # a new shortfall: the clock starts again
+        monitor2, _ = monitor_with([100.0, 90.0], now=1000.0)
+        assert monitor2.compare("http://a", 1, 1000.0) == []
+        monitor2.forget(_[1], at=1059.0)
+        assert monitor2.compare("http://a", 1, 1059.5, asked=1059.2) == []  # hidden by r1's end
+        assert monitor2.compare("http://a", 0, 1061.0) == []  # one short poll after a hidden one: not yet
+        assert [e.rid for e in monitor2.compare("http://a", 0, 1061.5)] == ["r0"]  # confirmed
+
+    asyncio.run(scenario())

@@ -16,9 +16,11 @@ from eagle_datagen.storage.output_root import OutputRoot
 log = logging.getLogger(__name__)
 
 
-async def _beat(root: OutputRoot, run_id: str, interval_s: float) -> None:
+async def _beat(root: OutputRoot, run_id: str, interval_s: float, stop: asyncio.Event) -> None:
     while True:
-        await asyncio.sleep(interval_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)
+            return
         try:
             await asyncio.to_thread(write_heartbeat, root, run_id)
         except Exception as exc:  # a missed beat is not the run's failure; the next one may land
@@ -27,12 +29,14 @@ async def _beat(root: OutputRoot, run_id: str, interval_s: float) -> None:
 
 @contextlib.asynccontextmanager
 async def heartbeat(root: OutputRoot, run_id: str, interval_s: float) -> AsyncIterator[None]:
-    """Beat once at once, then every `interval_s` until the block ends."""
+    """Beat once at once, then every `interval_s` until the block ends. The end is a signal, not a cancel: a
+    cancelled `to_thread` still writes in its thread, so a beat in flight would land after the block ended
+    (after a withdrawal deleted the claims, say); waiting for it keeps "no beat after the end" true."""
     await asyncio.to_thread(write_heartbeat, root, run_id)
-    task = asyncio.create_task(_beat(root, run_id, interval_s), name=f"heartbeat {run_id}")
+    stop = asyncio.Event()
+    task = asyncio.create_task(_beat(root, run_id, interval_s, stop), name=f"heartbeat {run_id}")
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        stop.set()
+        await task

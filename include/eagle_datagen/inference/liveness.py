@@ -3,8 +3,9 @@ whatever an honest answer may take (a 32k-token reasoning answer takes 20+ minut
 
 Each endpoint's own view of its load (SGLang's `GET /v1/loads`: running and waiting requests, summed over
 its data-parallel ranks) is polled every `poll_s` and compared with the requests this client has in flight
-there. When the server counts fewer than the client for `lost_after_s` on end, the difference is lost inside
-the server (or on the way): that many of the oldest requests (those in flight for longer than `grace_s`)
+there. When the server counts fewer than the client for `lost_after_s` on end (polls whose count may still
+hold requests that just ended do not break the run; a shortfall is flagged on two polls in a row), the
+difference is lost inside the server (or on the way): that many of the oldest requests (those in flight for longer than `grace_s`)
 are flagged, and the client sends a hedged copy of each (the same sample identity and seed, its own rid) to
 another endpoint; the first answer wins, the other is cancelled and aborted on its server (`POST
 /abort_request` with its rid), and the sample is stored once. A request lost again on the hedge's endpoint
@@ -118,6 +119,9 @@ class LivenessMonitor:
         now = time.monotonic()
         self._endpoints: dict[str, _Endpoint] = {url: _Endpoint(heard_at=now) for url in urls}
         self._short_since: dict[str, float] = {}
+        # when requests there last ended (the server may still count those for a moment: see compare)
+        self._ended: dict[str, deque[float]] = {}
+        self._short_last: set[str] = set()  # endpoints whose last poll was short
         self.detected: Counter[str] = Counter()  # requests flagged as lost, per endpoint
         self.hedged: Counter[str] = Counter()  # hedged copies sent, per endpoint they went to
         self.hedges_won: Counter[str] = Counter()  # hedged copies that answered first, per endpoint
@@ -137,8 +141,12 @@ class LivenessMonitor:
         self._watched.setdefault(url, set()).add(entry)
         return entry
 
-    def forget(self, entry: Watched) -> None:
-        self._watched.get(entry.url, set()).discard(entry)
+    def forget(self, entry: Watched, at: float | None = None) -> None:
+        watched = self._watched.get(entry.url, set())
+        if entry in watched:
+            watched.discard(entry)
+            ended = self._ended.setdefault(entry.url, deque(maxlen=4096))
+            ended.append(time.monotonic() if at is None else at)
 
     def answered(self, entry: Watched) -> None:
         """The request answered (an original, in its own time): its duration sets the drain hedge's threshold."""
@@ -254,10 +262,11 @@ class LivenessMonitor:
         """One poll of one busy endpoint: its count, or (when that cannot be read) a probe."""
         endpoint = self._endpoint(url)
         if not endpoint.no_loads:
+            asked = time.monotonic()
             load = await self._server_load(url, endpoint)
             if load is not None:
                 endpoint.watched_by.add(BY_LOADS)
-                self.compare(url, load, time.monotonic())
+                self.compare(url, load, time.monotonic(), asked=asked)
                 return
         if endpoint.no_loads or endpoint.load_failures >= self.policy.failures_to_probe:
             endpoint.watched_by.add(BY_PROBES)
@@ -354,9 +363,9 @@ class LivenessMonitor:
             entry.lost.set()
         self.detected[url] += len(lost)
 
-    def compare(self, url: str, load: int, now: float) -> list[Watched]:
-        """Flag the requests that the server's `load` no longer counts, once the shortfall has lasted
-        lost_after_s; returns those flagged now."""
+    def compare(self, url: str, load: int, now: float, asked: float | None = None) -> list[Watched]:
+        """Flag the requests that the server's `load` (asked for at `asked`, read at `now`) no longer counts,
+        once the shortfall has lasted lost_after_s; returns those flagged now."""
         entries = self._watched.get(url, set())
         old = sorted((e for e in entries if self._past_grace(e, now)), key=lambda e: e.started)
         # Every request in flight there is compared, the young too: the server counts the ones it has received,
@@ -364,13 +373,24 @@ class LivenessMonitor:
         # new ones. A request still on its way shows as a shortfall for a moment, far less than lost_after_s.
         missing = len(entries) - load - sum(e.lost.is_set() for e in entries)
         if missing <= 0:
-            self._short_since.pop(url, None)
+            # A count taken as requests end may still hold some the run has heard back from (the answer comes
+            # before the scheduler lets go of it, and the count is older than `now`): those hide a lost one for
+            # a poll. On a busy replica a request ends every poll, so such a poll must not restart the clock, or
+            # a loss there is never found; only a poll that no recent end can explain clears the shortfall.
+            if missing + self._ended_since(url, (now if asked is None else asked) - self.policy.grace_s) <= 0:
+                self._short_since.pop(url, None)
+            self._short_last.discard(url)
             return []
         since = self._short_since.setdefault(url, now)
+        # Flagged on two short polls in a row only: an answer still on its way back shows as a shortfall for
+        # one poll, and with the clock kept through hidden polls, one such poll alone would hedge a live request.
+        confirmed = url in self._short_last
+        self._short_last.add(url)
         lost = [e for e in old if not e.lost.is_set()][:missing]  # only requests past their grace are flagged
-        if now - since < self.policy.lost_after_s or not lost:
+        if now - since < self.policy.lost_after_s or not lost or not confirmed:
             return []
         self._short_since.pop(url, None)
+        self._short_last.discard(url)
         self._flag(url, lost)
         log.warning(
             "SGLang at %s counts %d requests, this run has %d there: %d lost for %.0f s, sent again elsewhere "
@@ -383,6 +403,15 @@ class LivenessMonitor:
             lost[0].rid,
         )
         return lost
+
+    def _ended_since(self, url: str, start: float) -> int:
+        ended = self._ended.get(url, ())
+        count = 0
+        for at in reversed(ended):
+            if at < start:
+                break
+            count += 1
+        return count
 
     async def abort(self, url: str, rid: str) -> None:
         """Ask the server to drop a copy nobody waits for any more (best effort: it may be gone already)."""

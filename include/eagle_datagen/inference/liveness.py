@@ -1,16 +1,16 @@
 """Liveness of outstanding requests: find a request that its server no longer works on, within minutes,
 whatever an honest answer may take (a 32k-token reasoning answer takes 20+ minutes, so no timeout can tell).
 
-Each endpoint's own view of its load (SGLang's `GET /v1/loads`: running and waiting requests, summed over
-its data-parallel ranks) is polled every `poll_s` and compared with the requests this client has in flight
-there. When the server counts fewer than the client for `lost_after_s` on end (polls whose count may still
-hold requests that just ended do not break the run; a shortfall is flagged on two polls in a row), the
-difference is lost inside the server (or on the way): that many of the oldest requests (those in flight for longer than `grace_s`)
-are flagged, and the client sends a hedged copy of each (the same sample identity and seed, its own rid) to
-another endpoint; the first answer wins, the other is cancelled and aborted on its server (`POST
-/abort_request` with its rid), and the sample is stored once. A request lost again on the hedge's endpoint
-fails as `lost` (transient): the endpoint breakers count it, so a replica that keeps losing requests is taken
-out, and a deployment that loses everything ends as every other dead deployment does (`give_up_after`).
+Each endpoint's own view of its load (SGLang's `GET /v1/loads`: running and waiting requests, summed over its
+data-parallel ranks) is polled every `poll_s` and compared with the requests this client has in flight there. When
+the server counts fewer than the client for `lost_after_s` on end (polls whose count may still hold requests that
+just ended do not break the run; a shortfall is flagged on two polls in a row), the difference is lost inside the
+server (or on the way): that many of the oldest requests (those in flight for longer than `grace_s`) are flagged,
+and the client sends a hedged copy of each (the same sample identity and seed, its own rid) to another endpoint; the
+first answer wins, the other is cancelled and aborted on its server (`POST /abort_request` with its rid), and the
+sample is stored once. A request lost again on the hedge's endpoint fails as `lost` (transient): the endpoint
+breakers count it, so a replica that keeps losing requests is taken out, and a deployment that loses everything ends
+as every other dead deployment does (`give_up_after`).
 
 An endpoint whose `/v1/loads` cannot be read is watched by probes instead: one without it (a 404: an older
 SGLang, a router) at once, one whose `/v1/loads` fails `failures_to_probe` polls in a row (it errors, or hangs

@@ -382,8 +382,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             SOURCES,
             help=(
                 "reject prompts whose user text shares a long n-gram with an item of this benchmark set (a file, "
-                "folder or dataset of prompts), or equals one, as benchmark_overlap; repeatable; 'humaneval' alone "
-                "is the shipped HumanEval set (beside the recipe's decontamination.benchmarks)"
+                "folder or dataset of prompts; SPEED-Bench, MT-Bench, BFCL, GSM8K, MATH-500, C-Eval and HumanEval "
+                "files are read in their published formats), or equals one, as benchmark_overlap; repeatable; "
+                "'humaneval' alone is the shipped HumanEval set (beside the recipe's decontamination.benchmarks)"
             ),
             metavar="NAME=PATH",
             repeat=True,

@@ -1293,6 +1293,12 @@ RECIPE_STRUCTURE = frozenset(
         "near_duplicates",
         "category.sampling",
         "source.path",
+        # named training mixes: read by exports (`eagle-datagen export --mix NAME`, the release DAG's
+        # export_mixes), not by a run (export/mix.py)
+        "mixes",
+        "mixes.weights",
+        "mixes.modes",
+        "mixes.seed",
     }
 )
 

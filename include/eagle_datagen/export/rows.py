@@ -35,6 +35,7 @@ class RowCounts:
     tokens: int = 0  # exported tokens
     supervised_tokens: int = 0  # exported tokens with loss_mask 1
     tokens_cut: int = 0
+    rows_filtered_by_mode: int = 0  # read, but of a mode the export's mix leaves out (not counted in rows_read)
 
     def to_json(self) -> dict[str, int]:
         return asdict(self)

@@ -11,6 +11,8 @@ from collections import Counter
 import numpy as np
 import pytest
 import yaml
+from published_runs import publish, shard_rows
+from readers import expected_rows, read_rows
 
 from eagle_datagen.cli import main
 from eagle_datagen.errors import ConfigError
@@ -19,8 +21,6 @@ from eagle_datagen.export.rows import SeqLimit
 from eagle_datagen.export.stage import ExportOptions, run_export, shuffled_order
 from eagle_datagen.sources.recipe import parse_recipe
 from eagle_datagen.storage.output_root import LocalOutputRoot
-from published_runs import publish, shard_rows
-from readers import expected_rows, read_rows
 
 COUNTS = {"math": 10, "chat": 8, "code": 5}
 

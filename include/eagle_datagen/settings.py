@@ -960,6 +960,37 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         option="sampling.turns",
     ),
     Setting(
+        "top_logprobs",
+        0,
+        "off: today's EAGLE-3 trainers learn from the ids alone, and soft targets cost 4.5-8 bytes per output token "
+        "per k (docs/benchmarks.md)",
+        cli="--top-logprobs",
+        flag=Flag(
+            SAMPLING_FLAGS,
+            help=(
+                "store the top-K logprobs of every output token beside output_ids (soft targets: the "
+                "top_logprob_ids, top_logprobs and output_logprobs columns; docs/training.md); 0: off (default: the "
+                "recipe's, else 0)"
+            ),
+            metavar="K",
+            type="int",
+        ),
+        recipe="defaults.top_logprobs",
+        form="top_logprobs",
+        param=FormParam(
+            "integer",
+            "Top-k logprobs",
+            (
+                "Store the top-k logprobs of every output token beside its ids (soft targets for trainers that "
+                "distil); 0: off. Default: the recipe's value."
+            ),
+            FORM_SAMPLING,
+        ),
+        config="top_logprobs",
+        option="sampling.top_logprobs",
+        bounds=Bounds(0, 128),
+    ),
+    Setting(
         "max_tool_steps",
         8,
         "8 tool calls in a row: longer loops are rare and mostly stuck",

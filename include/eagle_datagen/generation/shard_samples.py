@@ -21,6 +21,7 @@ from eagle_datagen.conversation.driver import validation_row
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.checkpoint import checkpoint_rows, load_checkpoint_index
 from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_key
+from eagle_datagen.inference.logprobs import LOGPROBS_KEY
 from eagle_datagen.inference.samples import SampleRequest
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.storage.parquet import read_parquet_bytes
@@ -48,7 +49,9 @@ def _batched(rows: Iterator[Placed]) -> Iterator[list[Placed]]:
     tokens = 0
     for placed in rows:
         batch.append(placed)
-        tokens += len(placed[1]["output_ids"]) + len(placed[1]["prompt_ids"])
+        row = placed[1]
+        # soft targets: an answer's top-k logprobs weigh about k/2 ids per output token (base64, then arrays)
+        tokens += len(row["output_ids"]) * (1 + (row.get("top_logprobs_num") or 0) // 2) + len(row["prompt_ids"])
         if len(batch) >= BATCH_ROWS or tokens >= BATCH_TOKENS:
             yield batch
             batch, tokens = [], 0
@@ -109,6 +112,8 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
                 "cached_tokens": _int_or_none(meta.get("cached_tokens")),
                 "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
                 "error": saved["error"],
+                "top_logprobs_num": settings.top_logprobs,
+                "logprobs": meta.get(LOGPROBS_KEY),
             },
         )
     if found != len(requests):  # an index named a sample its chunk does not hold
@@ -142,7 +147,7 @@ def _conversations(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Plac
         place = _step_place(ordinal, turn, seen)
         yield (
             place,
-            validation_row(saved["prompt_ids"], saved)
+            validation_row(saved["prompt_ids"], saved, job.top_logprobs)
             | {
                 "sample_id": saved["sample_id"],
                 "record_id": job.record_id,

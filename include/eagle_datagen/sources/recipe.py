@@ -128,6 +128,7 @@ class CategorySpec(_Strict):
     turns: Turns | None = None
     max_tool_steps: int | None = Field(None, **settings.bounds_of("max_tool_steps"))
     max_prompt_tokens: int | None = Field(None, **settings.bounds_of("max_prompt_tokens"))
+    top_logprobs: int | None = Field(None, **settings.bounds_of("top_logprobs"))
     sampling: SamplingParams | None = None
 
     @field_validator("sources", mode="before")
@@ -191,6 +192,8 @@ class Defaults(_Strict):
     turns: Turns = settings.default_of("turns")
     max_tool_steps: int = Field(settings.default_of("max_tool_steps"), **settings.bounds_of("max_tool_steps"))
     max_prompt_tokens: int = Field(settings.default_of("max_prompt_tokens"), **settings.bounds_of("max_prompt_tokens"))
+    # k > 0: store the top-k logprobs of every output token (soft targets, inference/logprobs.py)
+    top_logprobs: int = Field(settings.default_of("top_logprobs"), **settings.bounds_of("top_logprobs"))
     sampling: SamplingParams = SamplingParams()
 
 
@@ -265,6 +268,10 @@ class Recipe(_Strict):
     def max_tool_steps_for(self, category: str) -> int:
         spec = self.categories[category].max_tool_steps
         return self.defaults.max_tool_steps if spec is None else spec
+
+    def top_logprobs_for(self, category: str) -> int:
+        spec = self.categories[category].top_logprobs
+        return self.defaults.top_logprobs if spec is None else spec
 
     def max_prompt_tokens_for(self, category: str) -> int:
         return self.categories[category].max_prompt_tokens or self.defaults.max_prompt_tokens

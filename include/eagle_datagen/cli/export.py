@@ -90,6 +90,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     export.add_argument("--recipe", metavar="FILE", help="the recipe whose mixes: --mix NAME names")
     export.add_argument(
+        "--logprobs",
+        action="store_true",
+        help="carry the soft targets (the top-k logprobs a run stored with --top-logprobs K): jsonl lines get "
+        "top_logprobs_k, top_logprob_ids, top_logprobs and output_logprobs of the kept output positions; hf has "
+        "the contract's columns (the other formats' trainers compute the target's distribution themselves)",
+    )
+    export.add_argument(
         "--draft-vocab-size",
         type=positive_int,
         metavar="K",
@@ -141,6 +148,7 @@ def handle(args: argparse.Namespace) -> int:
         draft_vocab_size=args.draft_vocab_size,
         command=shlex.join(["eagle-datagen", *sys.argv[1:]]) if sys.argv[1:2] == ["export"] else "",
         mix=mix,
+        logprobs=args.logprobs,
     )
     what = f"run {args.run_id}" if args.run_id else f"release {args.release_id}"
     if args.to.startswith("s3://"):

@@ -32,7 +32,7 @@ from eagle_datagen.errors import ConfigError
 from eagle_datagen.export.formats import WRITERS, FormatWriter, JsonlWriter
 from eagle_datagen.export.metadata import TrainContext, readme_text, train_command, write_info
 from eagle_datagen.export.mix import MODE_COLUMN, ExportMix, MixPlan, keep_modes, tally, with_modes
-from eagle_datagen.export.rows import RowCounts, SeqLimit, training_rows
+from eagle_datagen.export.rows import LOGPROB_COLUMNS, RowCounts, SeqLimit, soft_targets, training_rows
 from eagle_datagen.export.source import ExportSource, open_release, open_run
 from eagle_datagen.profile import load_profile
 from eagle_datagen.stats.draft_vocab import DraftVocab, build_draft_vocab
@@ -58,6 +58,7 @@ class ExportOptions:
     command: str = ""  # the command line, for the README
     location: str | None = None  # where the trainer finds the export, when not at `to` (uploaded exports)
     mix: ExportMix = field(default_factory=ExportMix)  # per-category weights and a mode filter (export/mix.py)
+    logprobs: bool = False  # carry the soft targets (top-k logprobs), in the formats that can (export/formats.py)
 
 
 @dataclass
@@ -137,6 +138,7 @@ def _row_tables(
     mix: ExportMix,
     modes: ModeTally,
     plan: MixPlan | None,
+    logprobs: bool = False,
 ) -> Iterator[pa.Table]:
     for table in source.tables(columns):
         table = with_modes(table)
@@ -147,7 +149,7 @@ def _row_tables(
             plan.observe(kept)
         rows = training_rows(kept, limit, counts)
         if rows.num_rows:
-            yield rows
+            yield soft_targets(rows) if logprobs else rows
 
 
 def shuffled_order(row_index: np.ndarray, rows_read: int, seed: int) -> np.ndarray:
@@ -238,6 +240,10 @@ def run_export(root: OutputRoot, options: ExportOptions) -> ExportSummary:
     if options.format not in WRITERS:
         raise ConfigError(f"unknown export format {options.format!r}: use one of {', '.join(WRITERS)}")
     writer_cls = WRITERS[options.format]
+    if options.logprobs and writer_cls.no_logprobs:
+        raise ConfigError(
+            f"--logprobs: {options.format} does not carry soft targets ({writer_cls.no_logprobs}): export jsonl or hf"
+        )
     source = open_source(root, options)
     published = None if options.draft_vocab_size else source.published_draft_vocab()
     if writer_cls.needs_vocab and options.draft_vocab_size is None and published is None:
@@ -268,17 +274,18 @@ def _write(
 ) -> ExportSummary:
     identity = f"{source.kind}={source.id}:{options.format}"
     if writer_cls is JsonlWriter and options.to == "-":
-        writer: FormatWriter = JsonlWriter(target, identity, handle=sys.stdout.buffer)
+        writer: FormatWriter = JsonlWriter(target, identity, options.logprobs, handle=sys.stdout.buffer)
     else:
-        writer = writer_cls(work, identity)
+        writer = writer_cls(work, identity, options.logprobs)
     counts, modes = RowCounts(), ModeTally()
     counter = TokenCounter(vocab_size) if options.draft_vocab_size else None
     sample_ids = (work / "sample_ids.txt").open("w") if writer_cls.folder else None
-    columns = list(dict.fromkeys([*writer_cls.columns, "category", "prompt_ids", "output_ids", MODE_COLUMN]))
+    soft = list(LOGPROB_COLUMNS) if options.logprobs else []
+    columns = list(dict.fromkeys([*writer_cls.columns, "category", "prompt_ids", "output_ids", MODE_COLUMN, *soft]))
     plan = MixPlan(options.mix) if options.mix.resamples else None
     written = RowCounts()
     try:
-        tables = _row_tables(source, columns, options.limit, counts, options.mix, modes, plan)
+        tables = _row_tables(source, columns, options.limit, counts, options.mix, modes, plan, options.logprobs)
         if options.shuffle_seed is not None or plan is not None:
             staging = (work if writer_cls.folder else work.parent) / f".{target.name}.staging.arrow"
             copies = plan.copies if plan is not None else None
@@ -358,6 +365,7 @@ def _info(
         "rows_by_category": modes.to_json(),
         "sequence_length": {"max_seq_len": options.limit.max_len, "overlong": options.limit.overlong},
         "shuffle_seed": options.shuffle_seed,
+        "logprobs": options.logprobs,
         "draft_vocab": {"k": vocab.k, "from": vocab_from, "coverage": round(float(vocab.coverage), 6)}
         if vocab
         else None,

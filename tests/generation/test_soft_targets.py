@@ -93,3 +93,27 @@ def test_compact_keeps_what_the_server_sent():
     assert compact({"output_token_logprobs": "nope", "output_top_logprobs": []})[LOGPROBS_KEY] == {
         "malformed": "output_token_logprobs and output_top_logprobs must both be lists"
     }
+
+
+def test_each_step_of_a_conversation_carries_its_own_soft_targets(tmp_path):
+    """turns: each: every step asks for the logprobs, and every step's row holds them (the steps' own outputs)."""
+    import dataclasses
+
+    from conversation_records import multi_turn_record
+    from eagle_datagen.tokenization.stage import TokenizeOptions
+
+    from conftest import write_jsonl
+
+    src = write_jsonl(tmp_path / "c.jsonl", [multi_turn_record(3)])
+    config = SimConfig(tokenizer_path="standin:kimi-k2.5").with_profile("instant")
+    with SimServerThread(config) as sim:
+        options = dataclasses.replace(
+            run_options(tmp_path, [sim.url], run_id="steps", prompts=1),
+            prompts=TokenizeOptions(output=str(tmp_path / "out"), tokenizer="standin:kimi-k2.5",
+                                    trust_remote_code=True, prompts=[str(src)]),  # fmt: skip
+            sampling=SamplingOverrides(max_new_tokens=1000, turns="each", top_logprobs=K),
+        )
+        run_generation(options)
+    rows = published(tmp_path / "out", "steps")
+    assert sorted(r["turn_index"] for r in rows) == [0, 1, 2]
+    assert all(len(r["top_logprob_ids"]) == K * len(r["output_ids"]) for r in rows)

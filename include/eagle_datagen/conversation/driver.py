@@ -41,9 +41,12 @@ def validation_row(prompt_ids: list[int], saved: dict[str, Any], top_logprobs: i
         "completion_tokens": int(meta.get("completion_tokens", len(saved["output_ids"]))),
         "prompt_tokens": int(meta.get("prompt_tokens", len(prompt_ids))),
         "error": saved["error"],
-        "top_logprobs_num": top_logprobs,
-        "logprobs": meta.get(LOGPROBS_KEY),
-    }
+    } | soft_targets(top_logprobs, meta)
+
+
+def soft_targets(k: int, meta: dict[str, Any]) -> dict[str, Any]:
+    """What validation and publishing read of an answer's top-k logprobs, when the run asked for k > 0."""
+    return {"top_logprobs_num": k, "logprobs": meta.get(LOGPROBS_KEY)} if k else {}
 
 
 class ConversationRunner:

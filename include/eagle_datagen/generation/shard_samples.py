@@ -17,11 +17,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from eagle_datagen.conversation.driver import validation_row
+from eagle_datagen.conversation.driver import soft_targets, validation_row
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.checkpoint import checkpoint_rows, load_checkpoint_index
 from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_key
-from eagle_datagen.inference.logprobs import LOGPROBS_KEY
 from eagle_datagen.inference.samples import SampleRequest
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.storage.parquet import read_parquet_bytes
@@ -112,9 +111,8 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
                 "cached_tokens": _int_or_none(meta.get("cached_tokens")),
                 "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
                 "error": saved["error"],
-                "top_logprobs_num": settings.top_logprobs,
-                "logprobs": meta.get(LOGPROBS_KEY),
-            },
+            }
+            | soft_targets(settings.top_logprobs, meta),
         )
     if found != len(requests):  # an index named a sample its chunk does not hold
         raise _incomplete(plan, index)

@@ -1,5 +1,6 @@
 """Shard memory benchmark: peak memory and wall time of publishing one shard, finalizing the run and exporting it
-(jsonl, plain and with --shuffle-seed), at a shard's size in output tokens, ours against a baseline checkout.
+(jsonl, plain, with --shuffle-seed, and with a training mix that resamples: --mix chat=1.5, ours only), at a
+shard's size in output tokens, ours against a baseline checkout.
 
 Each size is one shard of Kimi-K2.5-like samples, 4 per prompt, 24k-32k output tokens each (1,000 prompts: the
 112M-token shard of issue 22), with its plan and checkpoint chunks synthesized on a local output root
@@ -74,7 +75,18 @@ def _env(checkout: Path) -> dict[str, str]:
     }
 
 
-def step(name: str, checkout: Path, out: Path, run_id: str, export_to: Path | None = None, seed: int | None = None):
+MIX = "chat=1.5"  # every row once, half of them twice: the mixed export stages rows and writes copies
+
+
+def step(
+    name: str,
+    checkout: Path,
+    out: Path,
+    run_id: str,
+    export_to: Path | None = None,
+    seed: int | None = None,
+    mix: str | None = None,
+):
     if name in CALLS:
         function, call = CALLS[name]
         command = [sys.executable, "-c", PUBLISH.format(step=function, call=call), str(out), run_id]
@@ -82,6 +94,7 @@ def step(name: str, checkout: Path, out: Path, run_id: str, export_to: Path | No
         command = [sys.executable, "-m", "eagle_datagen.cli", "export", "--output", str(out), "--run-id", run_id]
         command += ["--format", "jsonl", "--to", str(export_to)]
         command += ["--shuffle-seed", str(seed)] if seed is not None else []
+        command += ["--mix", mix] if mix is not None else []
     return bench_plan.measure(command, _env(checkout))
 
 
@@ -115,11 +128,13 @@ def run_size(size: str, workdir: Path, checkouts: dict[str, Path]) -> dict[str, 
     for who, checkout in checkouts.items():
         (out / "manifests" / "run=bench.json").unlink(missing_ok=True)
         result[f"finalize_{who}"] = step("finalize", checkout, out, "bench")
-    for label, seed in (("export", None), ("export_shuffled", 7)):
+    for label, seed, mix in (("export", None, None), ("export_shuffled", 7, None), ("export_mixed", 7, MIX)):
         digests = []
         for who, checkout in checkouts.items():
+            if mix is not None and who != "ours":
+                continue  # the baseline has no mixes
             target = workdir / size / f"{label}-{who}.jsonl"
-            result[f"{label}_{who}"] = step("export", checkout, out, "bench", target, seed)
+            result[f"{label}_{who}"] = step("export", checkout, out, "bench", target, seed, mix)
             digests.append(sha(target))
             target.unlink()
             target.with_name(target.name + ".export_info.yaml").unlink(missing_ok=True)
@@ -134,10 +149,10 @@ def table(results: list[dict[str, Any]], baseline: bool) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        for label in ("publish", "finalize", "export", "export_shuffled"):
+        for label in ("publish", "finalize", "export", "export_shuffled", "export_mixed"):
             ours = r[f"{label}_ours"]
             base = r.get(f"{label}_main") if baseline else None
-            same = r.get(f"{label}_identical") if label != "finalize" else None
+            same = r.get(f"{label}_identical") if label not in ("finalize", "export_mixed") else None
             base_pss = f"{base['peak_pss_mb']:,} MB" if base else "-"
             base_wall = f"{base['wall_s']} s" if base else "-"
             lines.append(

@@ -7,7 +7,8 @@ nightly runs are incremental, so a category's data is the union of its runs), ch
 against its manifest, counts every sample once, and builds one draft vocabulary over the whole release.
 It writes `releases/release=<id>.draft_vocab.safetensors` and then `releases/release=<id>.json`, and
 updates the release asset, which a training DAG can be scheduled on. With `export_formats`, `export_release`
-then writes the release in those trainers' formats under `exports/release=<id>/<format>/` (docs/training.md).
+then writes the release in those trainers' formats under `exports/release=<id>/<format>/`, and each training mix
+of `export_mixes` (the recipe's `mixes:`) under `exports/release=<id>/mix=<name>/<format>/` (docs/training.md).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ RELEASE = recipe.release_asset(RECIPE)
     catchup=False,
     max_active_runs=1,
     default_args=runs.DEFAULT_ARGS,
-    params=form.release_params(recipe.default_output(), recipe.default_draft_vocab_size()),
+    params=form.release_params(recipe.default_output(), recipe.default_draft_vocab_size(), list(RECIPE.mixes)),
     tags=["eagle-datagen", "release"],
     doc_md=__doc__,
 )
@@ -41,7 +42,7 @@ def eagle_datagen_release() -> None:
 
     @task
     def export_release(release: dict, params=None) -> list[dict]:
-        return tasks.export_release(release, params)
+        return tasks.export_release(release, params, RECIPE)
 
     export_release(assemble_release())
 

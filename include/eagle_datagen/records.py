@@ -34,6 +34,7 @@ REJECT_REASONS: dict[str, str] = {
     # map (sources/formats.py)
     "ambiguous_format": "the record has the key fields of several source formats: name the source's format",
     "missing_field": "a field the source's format needs is absent (columns: maps it to the source's column)",
+    "benchmark_placeholder": "a SPEED-Bench row whose text is a placeholder until its prepare script fills it",
     # validate (this module)
     "not_an_object": "the record is not a JSON object",
     "bad_id": "id is not a non-empty string of at most 256 characters",

@@ -382,8 +382,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             SOURCES,
             help=(
                 "reject prompts whose user text shares a long n-gram with an item of this benchmark set (a file, "
-                "folder or dataset of prompts), or equals one, as benchmark_overlap; repeatable; 'humaneval' alone "
-                "is the shipped HumanEval set (beside the recipe's decontamination.benchmarks)"
+                "folder or dataset of prompts; SPEED-Bench, MT-Bench, BFCL, GSM8K, MATH-500, C-Eval and HumanEval "
+                "files are read in their published formats), or equals one, as benchmark_overlap; repeatable; "
+                "'humaneval' alone is the shipped HumanEval set (beside the recipe's decontamination.benchmarks)"
             ),
             metavar="NAME=PATH",
             repeat=True,
@@ -959,6 +960,37 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         option="sampling.turns",
     ),
     Setting(
+        "top_logprobs",
+        0,
+        "off: today's EAGLE-3 trainers learn from the ids alone, and soft targets cost 3-5 bytes per output token "
+        "per k in the shards (72 at k=20, against 1.9 for the ids; docs/benchmarks.md)",
+        cli="--top-logprobs",
+        flag=Flag(
+            SAMPLING_FLAGS,
+            help=(
+                "store the top-K logprobs of every output token beside output_ids (soft targets: the "
+                "top_logprob_ids, top_logprobs and output_logprobs columns; docs/training.md); 0: off (default: the "
+                "recipe's, else 0)"
+            ),
+            metavar="K",
+            type="int",
+        ),
+        recipe="defaults.top_logprobs",
+        form="top_logprobs",
+        param=FormParam(
+            "integer",
+            "Top-k logprobs",
+            (
+                "Store the top-k logprobs of every output token beside its ids (soft targets for trainers that "
+                "distil); 0: off. Default: the recipe's value."
+            ),
+            FORM_SAMPLING,
+        ),
+        config="top_logprobs",
+        option="sampling.top_logprobs",
+        bounds=Bounds(0, 128),
+    ),
+    Setting(
         "max_tool_steps",
         8,
         "8 tool calls in a row: longer loops are rare and mostly stuck",
@@ -1292,6 +1324,12 @@ RECIPE_STRUCTURE = frozenset(
         "near_duplicates",
         "category.sampling",
         "source.path",
+        # named training mixes: read by exports (`eagle-datagen export --mix NAME`, the release DAG's
+        # export_mixes), not by a run (export/mix.py)
+        "mixes",
+        "mixes.weights",
+        "mixes.modes",
+        "mixes.seed",
     }
 )
 

@@ -67,6 +67,7 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
         "near_duplicate_threshold": recipe.near_duplicates.threshold if recipe.near_duplicates else None,
         "samples_per_prompt": recipe.samples_per_prompt_for(category),
         "turns": recipe.turns_for(category),
+        "top_logprobs": recipe.top_logprobs_for(category),
         "max_rates": DiagnosisThresholds().with_rates(recipe.max_rates).rates(),
         "min_endpoints": recipe.min_endpoints or settings.MIN_ENDPOINTS,
         "output": output,
@@ -88,8 +89,12 @@ def storage_params(output: str) -> dict[str, Param]:
     return {name: param(settings.setting(name), {"output": output}) for name in ("output", "aws_conn_id")}
 
 
-def release_params(output: str, draft_vocab_size: int) -> dict[str, Param]:
+def release_params(output: str, draft_vocab_size: int, mixes: list[str] | None = None) -> dict[str, Param]:
+    """The release DAG's params; `mixes`: the recipe's named training mixes, offered beside `all`."""
     from eagle_datagen.export import FORMATS
+    from eagle_datagen.sources.recipe import ALL_MIX
+
+    choices = [ALL_MIX, *(mixes or [])]
 
     return {
         "draft_vocab_size": Param(
@@ -108,6 +113,18 @@ def release_params(output: str, draft_vocab_size: int) -> dict[str, Param]:
             title="Export for trainers",
             description="Also write the release in these trainers' formats under exports/release=<id>/<format>/ "
             "(docs/training.md): speculators, specforge, torchspec, hf, jsonl. Empty: no export.",
+        ),
+        "export_mixes": Param(
+            [ALL_MIX],
+            type="array",
+            items={"type": "string", "enum": choices},
+            uniqueItems=True,
+            minItems=1,
+            examples=choices,
+            title="Training mixes",
+            description="Export each of these mixes (the recipe's mixes:, docs/training.md): all is every category "
+            "and mode unweighted, under exports/release=<id>/<format>/; a named mix goes under "
+            "exports/release=<id>/mix=<name>/<format>/. A two-phase training set is two mixes.",
         ),
         "export_max_seq_len": Param(
             None,

@@ -178,30 +178,46 @@ def assemble_release(
     return {"release_id": release_id, "release": release_key(release_id), "counts": release["counts"]}
 
 
-def export_release(release: dict[str, Any], params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The release in each trainer format the params ask for, stored under exports/release=<id>/<format>/."""
+def export_release(release: dict[str, Any], params: Mapping[str, Any], recipe: Any = None) -> list[dict[str, Any]]:
+    """The release in each trainer format and training mix the params ask for (the mixes: `recipe`'s), stored
+    under exports/release=<id>/<format>/ (the `all` mix) and exports/release=<id>/mix=<name>/<format>/."""
+    from eagle_datagen.export.mix import recipe_mix
     from eagle_datagen.export.rows import SeqLimit
     from eagle_datagen.export.stage import ExportOptions
     from eagle_datagen.export.upload import export_into_root
+    from eagle_datagen.sources.recipe import ALL_MIX
     from eagle_datagen.storage.output_root import open_output_root
 
     stored = []
     with object_store(params["aws_conn_id"]):
         root = open_output_root(params["output"])
-        for fmt in params["export_formats"]:
-            options = ExportOptions(
-                format=fmt,
-                to="",
-                release_id=release["release_id"],
-                limit=SeqLimit(params["export_max_seq_len"]),
-                command=f"release DAG export of {release['release_id']} as {fmt}",
-            )
+        for name in params.get("export_mixes") or [ALL_MIX]:
             try:
-                result = export_into_root(root, options)
+                mix = recipe_mix(recipe, name)
             except ConfigError as exc:
                 raise AirflowFailException(str(exc)) from None
-            log.info("release %s as %s: %d rows at %s", release["release_id"], fmt, result["rows"], result["location"])
-            stored.append(result)
+            for fmt in params["export_formats"]:
+                options = ExportOptions(
+                    format=fmt,
+                    to="",
+                    release_id=release["release_id"],
+                    limit=SeqLimit(params["export_max_seq_len"]),
+                    command=f"release DAG export of {release['release_id']} as {fmt}, mix {name}",
+                    mix=mix,
+                )
+                try:
+                    result = export_into_root(root, options)
+                except ConfigError as exc:
+                    raise AirflowFailException(str(exc)) from None
+                log.info(
+                    "release %s as %s, mix %s: %d rows at %s",
+                    release["release_id"],
+                    fmt,
+                    name,
+                    result["rows"],
+                    result["location"],
+                )
+                stored.append(result | {"mix": name})
     if not stored:
         log.info("no export_formats asked: nothing exported")
     return stored

@@ -36,6 +36,11 @@ def test_prefill_benchmark_runs_both_policies():
     assert "failed 0" in out
 
 
+def test_logprob_storage_benchmark_runs_its_smallest_case():
+    out = run_bench("bench_logprob_storage.py", "--samples", "5", "--k", "3")
+    assert any(line.startswith("| 3 | 28 |") for line in out.splitlines()), out
+
+
 def test_generation_benchmark_runs_its_smallest_case():
     out = run_bench(
         "bench_generate.py", "--profiles", "fast", "--replicas", "1", "--fast-seconds", "2", "--repeats", "0"

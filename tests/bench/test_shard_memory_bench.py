@@ -25,5 +25,5 @@ def test_shard_memory_benchmark_runs_its_toy_size(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     steps = [line.split("|")[2].strip() for line in done.stdout.splitlines() if line.startswith("| 0.0M tokens")]
-    assert steps == ["publish", "finalize", "export", "export shuffled"], done.stdout
+    assert steps == ["publish", "finalize", "export", "export shuffled", "export mixed"], done.stdout
     assert not tmp_path.exists()  # the workdir is removed

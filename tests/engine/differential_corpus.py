@@ -16,6 +16,7 @@ VOCAB = 163840
 CONTEXT = 4096  # both servers run with this context length
 PROMPT = [220, 17, 10, 17, 30, 163586, 163588, 69702, 163601, 163606]  # "What is 2+2?" rendered by the stand-in
 SHORT = {"max_new_tokens": 6}
+LOGPROBS = {"return_logprob": True, "top_logprobs_num": 3, "return_text_in_logprobs": False}
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,9 @@ GENERATE = [
     gen("stop_token_ids outside the vocab", single(stop_token_ids=[VOCAB + 10])),
     gen("max_new_tokens 0", single(max_new_tokens=0)),
     gen("top_k -1", single(top_k=-1)),
+    # soft targets: the top-k logprobs of every output token, as the pipeline asks for them (inference/logprobs.py)
+    gen("return_logprob, top_logprobs_num 3", {**single(), **LOGPROBS}),
+    gen("return_logprob, batch", {"input_ids": [PROMPT, PROMPT[:5]], "sampling_params": SHORT, **LOGPROBS}),
     gen("skip_special_tokens false", single(skip_special_tokens=False)),
     # invalid values
     gen("unknown sampling key", single(bogus_key=1)),

@@ -15,7 +15,15 @@ import requests
 
 from eagle_datagen.inference.preflight import preflight
 from eagle_datagen_stack.sglang_engine import ServerOptions
-from engine_support import IM_END, THINK_END, THINK_START, assert_rows_match_server, published_rows, real_servers
+from engine_support import (
+    IM_END,
+    THINK_END,
+    THINK_START,
+    assert_rows_match_server,
+    published_rows,
+    real_servers,
+    sample_id_of,
+)
 from generation_runs import checkpointed_samples, run_cli
 
 from conftest import user_record, write_jsonl
@@ -125,6 +133,33 @@ def test_server_sigkilled_mid_run_then_restarted(engine, tmp_path):
     every = rows["data"] + rows["quarantine"]
     assert len(every) == total and len({r["sample_id"] for r in every}) == total
     assert_rows_match_server(every, proxy.exchanges)
+
+
+def test_top_logprobs_are_stored_as_the_real_server_returned_them(engine, tmp_path):
+    """--top-logprobs K against SGLang 0.5.23: every answer carries k top entries and the sampled one per output
+    token (meta_info, as the proxy saw it), and the published rows hold exactly those, compacted into columns."""
+    server, proxy = engine
+    proxy.clear()
+    k = 4
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"soft question {i}: " + "why " * i) for i in range(6)])
+    out = tmp_path / "out"
+    args = ["--prompts", str(src), "--output", str(out), "--run-id", "soft", "--top-logprobs", str(k),
+            "--max-new-tokens", str(MAX_NEW_TOKENS), "--draft-vocab-size", "16", "--sglang-url", proxy.url]
+    result = run_cli(args, timeout_s=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    answered = {sample_id_of(e.rid): e for e in proxy.exchanges if e.status == 200}
+    rows = published_rows(out, "soft")
+    every = rows["data"] + rows["quarantine"]
+    assert len(every) == 6 and {r["reject_reason"] for r in rows["quarantine"]} <= MODEL_REJECTS
+    for row in every:
+        meta = answered[row["sample_id"]].meta_info
+        tops, own = meta["output_top_logprobs"], meta["output_token_logprobs"]
+        n = len(row["output_ids"])
+        assert len(tops) == len(own) == n and {len(position) for position in tops} == {k}
+        assert [t for _, t, _ in own] == row["output_ids"]
+        assert row["top_logprob_ids"] == [t for position in tops for _, t, _ in position]
+        assert row["top_logprobs"] == pytest.approx([lp for position in tops for lp, _, _ in position], rel=1e-6)
+        assert row["output_logprobs"] == pytest.approx([lp for lp, _, _ in own], rel=1e-6)
 
 
 def _tokenizer_with_reserved_ids(standin_dir, target):

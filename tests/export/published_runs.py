@@ -52,18 +52,44 @@ def shard_rows(first: int, n: int, category: str, run_id: str, seed: int = 0) ->
     ]
 
 
+def with_mode_column(table, modes: list[str | None]) -> bytes:
+    """A shard with the `mode` column the thinking/instant work adds to the contract (null: a row written before
+    it), as a writer of that contract would write it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eagle_datagen.storage.parquet import write_options
+
+    options = write_options(table)
+    table = table.append_column("mode", pa.array(modes, pa.string()))
+    options["use_dictionary"] = [*options["use_dictionary"], "mode"]
+    options["write_statistics"] = [*options["write_statistics"], "mode"]
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **options)
+    return sink.getvalue().to_pybytes()
+
+
 def publish(
-    root: OutputRoot, run_id: str, shards: dict[str, list[list[dict]]], k: int | None = 40, created_at: str = ""
+    root: OutputRoot,
+    run_id: str,
+    shards: dict[str, list[list[dict]]],
+    k: int | None = 40,
+    created_at: str = "",
+    modes: dict[str, str | None] | None = None,
 ) -> DraftVocab | None:
-    """Data shards per category, the run's draft vocabulary over their output_ids, then the manifest."""
+    """Data shards per category, the run's draft vocabulary over their output_ids, then the manifest. With
+    `modes` (sample_id -> mode), the shards have a `mode` column."""
     files, tokens = [], TokenCounter(VOCAB)
     for category, tables in shards.items():
         for index, rows in enumerate(tables):
             table = samples_table(rows)
             tokens.add(table)
-            stored = put_once(
-                root, f"data/category={category}/run={run_id}/part-{index:05d}.parquet", encode_shard(table)
+            payload = (
+                encode_shard(table)
+                if modes is None
+                else with_mode_column(table, [modes.get(r["sample_id"]) for r in rows])
             )
+            stored = put_once(root, f"data/category={category}/run={run_id}/part-{index:05d}.parquet", payload)
             files.append(ManifestFile.of(stored, "data", rows=len(rows), category=category))
     draft = build_draft_vocab(tokens.counts, k) if k else None
     if draft is not None:

@@ -53,8 +53,13 @@ ADDED = [
     ("step_kind", pa.string(), True),
     ("trajectory_end", pa.string(), True),
     ("prompt_drift", pa.string(), True),
+    # soft targets (top_logprobs k > 0)
+    ("output_logprobs", pa.list_(pa.float32()), True),
+    ("top_logprob_ids", pa.list_(pa.int32()), True),
+    ("top_logprobs", pa.list_(pa.float32()), True),
 ]
-CONVERSATION_COLUMNS = [name for name, _, _ in ADDED[1:]]
+CONVERSATION_COLUMNS = [name for name, _, _ in ADDED[1:7]]
+LOGPROB_COLUMNS = [name for name, _, _ in ADDED[7:]]
 SAMPLING = json.dumps({"max_new_tokens": 2048, "temperature": 1.0}, sort_keys=True)
 
 
@@ -78,7 +83,7 @@ def row(i: int, **changes) -> dict:
         "run_id": "run-1",
         "weight_version": "default",
         "cached_tokens": 3,
-    } | dict.fromkeys(CONVERSATION_COLUMNS)
+    } | dict.fromkeys(CONVERSATION_COLUMNS + LOGPROB_COLUMNS)
     return base | changes
 
 
@@ -269,6 +274,25 @@ def test_column_encodings_are_the_chosen_ones():
     assert chunks["run_id"].is_stats_set  # scalars keep statistics for row-group skipping
 
 
+def test_soft_target_columns_round_trip_with_their_encodings():
+    """top_logprob_ids as PLAIN int32 (as token ids), the logprobs as float32 in BYTE_STREAM_SPLIT pages; -inf kept."""
+    k = 3
+    rows = [
+        row(i, output_logprobs=[-0.5] * 5, top_logprob_ids=list(range(i, i + 5 * k)),
+            top_logprobs=[-0.5, -1.25, float("-inf")] * 5)
+        for i in range(4)
+    ] + [row(9)]  # a row without them: null  # fmt: skip
+    data = encode_shard(samples_table(rows))
+    decoded = decode_shard(data).to_pylist()
+    assert decoded[0]["top_logprobs"][:3] == [-0.5, -1.25, float("-inf")] and decoded[4]["top_logprobs"] is None
+    assert decoded[1]["top_logprob_ids"] == list(range(1, 16))
+    chunks = column_chunks(data)
+    for leaf in ("top_logprobs.list.element", "output_logprobs.list.element"):
+        assert "BYTE_STREAM_SPLIT" in chunks[leaf].encodings and not chunks[leaf].has_dictionary_page, leaf
+        assert not chunks[leaf].is_stats_set
+    assert set(chunks["top_logprob_ids.list.element"].encodings) == {"PLAIN", "RLE"}
+
+
 def test_shards_are_compressed():
     rows = zipf_rows(300)
     data = encode_shard(samples_table(rows))
@@ -284,7 +308,7 @@ def test_shards_are_compressed():
 def test_a_shard_written_before_the_conversation_columns_still_decodes():
     """The multi-turn columns are additive: an earlier v1 shard reads back with them null."""
     table = samples_table(rows_with_nulls())
-    older = table.drop_columns(CONVERSATION_COLUMNS).replace_schema_metadata(SAMPLE_SCHEMA.metadata)
+    older = table.drop_columns(CONVERSATION_COLUMNS + LOGPROB_COLUMNS).replace_schema_metadata(SAMPLE_SCHEMA.metadata)
     sink = pa.BufferOutputStream()
     pq.write_table(older, sink)
     decoded = decode_shard(sink.getvalue().to_pybytes())

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.inference.logprobs import LOGPROBS_KEY, compact
 from eagle_datagen.profile import load_profile
 from eagle_datagen.validation.rules import (
     REASONS,
@@ -66,6 +67,23 @@ def test_numpy_ids_and_sglang_finish_mapping_are_accepted():
 
 
 LOOP = REASONING + [END] + ANSWER + [7, 8, 9] * 10 + [EOS]
+VALID = REASONING + [END] + ANSWER + [EOS]
+
+
+def with_logprobs(k=2, output=VALID, **damage):
+    """A valid Kimi row whose answer carries top-k logprobs as SGLang returns them (compacted by the client);
+    `damage`: short (one position fewer), mismatch (a sampled logprob off), invalid (a positive logprob), none."""
+    own = [[-0.25, t, None] for t in output]
+    tops = [[[-0.25, t, None]] + [[-2.0 - j, 1000 + j, None] for j in range(k - 1)] for t in output]
+    if damage.get("short"):
+        tops = tops[:-1]
+    if damage.get("mismatch"):
+        own[3][0] = -0.5
+    if damage.get("invalid"):
+        tops[2][1][0] = 0.5
+    meta = {"output_token_logprobs": own, "output_top_logprobs": tops}
+    logprobs = None if damage.get("none") else compact(meta)[LOGPROBS_KEY]
+    return kimi(output, top_logprobs_num=k, logprobs=logprobs)
 
 # reason -> (profile, row, limits): each row fails that check and passes every check before it.
 CASES = {
@@ -87,6 +105,10 @@ CASES = {
     "empty_answer": (KIMI, kimi(REASONING + [END, EOS]), None),
     "runaway_thinking": (KIMI, kimi(), ValidationLimits(max_reasoning_tokens=len(REASONING) - 1)),
     "repetition_loop": (KIMI, kimi(LOOP), None),
+    "logprobs_missing": (KIMI, with_logprobs(none=True), None),
+    "logprobs_shape": (KIMI, with_logprobs(short=True), None),
+    "logprobs_invalid": (KIMI, with_logprobs(invalid=True), None),
+    "logprob_mismatch": (KIMI, with_logprobs(mismatch=True), None),
 }
 
 

@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from eagle_datagen.cli.arguments import category_list, positive_int
+from eagle_datagen.errors import ConfigError
+
+if TYPE_CHECKING:
+    from eagle_datagen.export.mix import ExportMix
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -65,6 +70,33 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "order, row for row; default: the manifest's order",
     )
     export.add_argument(
+        "--mix",
+        metavar="CATEGORY=W,...|NAME",
+        help="a training mix: per-category weights (math=2,chat=0.5: 2 copies of every math row, half of the chat "
+        "rows, chosen by a seeded hash of the sample id; a category not named keeps 1, 0 leaves it out; "
+        "fractions give floor(w) copies plus one more of round(frac(w) x n) rows), or the name of a mix of "
+        "--recipe's mixes: (docs/training.md, \"Mixes\")",
+    )
+    export.add_argument(
+        "--modes",
+        metavar="thinking,instant",
+        help="only rows of these modes (rows written before the mode column are thinking; default: every mode)",
+    )
+    export.add_argument(
+        "--mix-seed",
+        type=int,
+        metavar="N",
+        help="seed of the rows a fractional weight selects (default: the named mix's, else 0)",
+    )
+    export.add_argument("--recipe", metavar="FILE", help="the recipe whose mixes: --mix NAME names")
+    export.add_argument(
+        "--logprobs",
+        action="store_true",
+        help="carry the soft targets (the top-k logprobs a run stored with --top-logprobs K): jsonl lines get "
+        "top_logprobs_k, top_logprob_ids, top_logprobs and output_logprobs of the kept output positions; hf has "
+        "the contract's columns (the other formats' trainers compute the target's distribution themselves)",
+    )
+    export.add_argument(
         "--draft-vocab-size",
         type=positive_int,
         metavar="K",
@@ -72,6 +104,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "(default: the run's or release's own draft vocabulary)",
     )
     export.set_defaults(handler=handle)
+
+
+def export_mix(mix: str | None, modes: str | None, seed: int | None, recipe: str | None) -> ExportMix:
+    """The mix of --mix (weights, or a name of --recipe's mixes), --modes and --mix-seed."""
+    from dataclasses import replace
+
+    from eagle_datagen.export.mix import ExportMix, parse_modes, parse_weights, recipe_mix
+    from eagle_datagen.sources.recipe import load_recipe
+
+    chosen = ExportMix()
+    if mix is not None and "=" in mix:
+        chosen = ExportMix(weights=parse_weights(mix))
+    elif mix is not None:
+        if recipe is None:
+            raise ConfigError(f"--mix {mix}: a mix name needs --recipe FILE (or give weights: --mix math=2,chat=0.5)")
+        chosen = recipe_mix(load_recipe(recipe), mix)
+    if modes is not None:
+        chosen = replace(chosen, modes=parse_modes(modes))
+    if seed is not None:
+        chosen = replace(chosen, seed=seed)
+    return chosen
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -83,6 +136,7 @@ def handle(args: argparse.Namespace) -> int:
     from eagle_datagen.storage.output_root import open_output_root
 
     check_run_id(args.run_id or args.release_id)
+    mix = export_mix(args.mix, args.modes, args.mix_seed, args.recipe)
     options = ExportOptions(
         format=args.format,
         to=args.to,
@@ -93,6 +147,8 @@ def handle(args: argparse.Namespace) -> int:
         shuffle_seed=args.shuffle_seed,
         draft_vocab_size=args.draft_vocab_size,
         command=shlex.join(["eagle-datagen", *sys.argv[1:]]) if sys.argv[1:2] == ["export"] else "",
+        mix=mix,
+        logprobs=args.logprobs,
     )
     what = f"run {args.run_id}" if args.run_id else f"release {args.release_id}"
     if args.to.startswith("s3://"):

@@ -21,6 +21,7 @@ from eagle_datagen.conversation.drift import prompt_drift
 from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.conversation.trajectory import StepKind, Trajectory
 from eagle_datagen.inference.client import GenerateClient
+from eagle_datagen.inference.logprobs import LOGPROBS_KEY
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.validation.rules import ValidationLimits, validate_sample
@@ -29,8 +30,9 @@ log = logging.getLogger(__name__)
 AddRow = Callable[[int, dict[str, Any]], Awaitable[None]]
 
 
-def validation_row(prompt_ids: list[int], saved: dict[str, Any]) -> dict[str, Any]:
-    """The generated-row columns validation reads, from a checkpointed result (as publish.py builds them)."""
+def validation_row(prompt_ids: list[int], saved: dict[str, Any], top_logprobs: int = 0) -> dict[str, Any]:
+    """The generated-row columns validation reads, from a checkpointed result (as publish.py builds them);
+    `top_logprobs`: the k the request asked for (the answer's logprobs are checked too)."""
     meta, finish = saved.get("meta_info") or {}, saved.get("finish_reason") or {}
     return {
         "prompt_ids": prompt_ids,
@@ -39,7 +41,12 @@ def validation_row(prompt_ids: list[int], saved: dict[str, Any]) -> dict[str, An
         "completion_tokens": int(meta.get("completion_tokens", len(saved["output_ids"]))),
         "prompt_tokens": int(meta.get("prompt_tokens", len(prompt_ids))),
         "error": saved["error"],
-    }
+    } | soft_targets(top_logprobs, meta)
+
+
+def soft_targets(k: int, meta: dict[str, Any]) -> dict[str, Any]:
+    """What validation and publishing read of an answer's top-k logprobs, when the run asked for k > 0."""
+    return {"top_logprobs_num": k, "logprobs": meta.get(LOGPROBS_KEY)} if k else {}
 
 
 class ConversationRunner:
@@ -83,7 +90,8 @@ class ConversationRunner:
         validation limits still continues the conversation it stored."""
         if saved["error"]:
             return "error", None, None
-        if not replayed and validate_sample(validation_row(prompt_ids, saved), self.profile, self.limits) is not None:
+        row = validation_row(prompt_ids, saved, job.top_logprobs)
+        if not replayed and validate_sample(row, self.profile, self.limits) is not None:
             return "quarantined", None, None
         following = trajectory.after_answer(parse_output(self.tokenizer, saved["output_ids"], self.profile))
         if isinstance(following, str):
@@ -128,6 +136,7 @@ class ConversationRunner:
                     prompt_ids,
                     job.step_sampling(turn_index),
                     job.shard,
+                    job.top_logprobs,
                 )
                 result = await self.client.generate(request)
                 if result.retryable:

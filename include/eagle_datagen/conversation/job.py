@@ -30,6 +30,7 @@ class ConversationJob:
     sampling: dict[str, Any]  # without the per-step seed
     max_tool_steps: int
     shard: int = 0
+    top_logprobs: int = 0  # k > 0: each step's answer carries its top-k logprobs (inference/logprobs.py)
 
     @property
     def conversation_id(self) -> str:

@@ -24,6 +24,7 @@ _VALUE_TYPES = {
     pa.int32(): "int32",
     pa.int64(): "int64",
     pa.bool_(): "bool",
+    pa.float32(): "float32",  # soft targets' logprobs
     pa.float64(): "float64",
 }
 

@@ -11,6 +11,12 @@
   `packed_loss_mask` (run lengths "prompt,output", as TorchSpec serializes them), `seq_len`, `loss_tokens`.
 - `hf`: an HF Arrow dataset folder with every data-contract column plus `input_ids`, `loss_mask`, `seq_len`.
 
+Soft targets (`--logprobs`: the shards' top-k logprobs) are carried by the formats whose readers can use them:
+`jsonl` (per line `top_logprobs_k`, and for the kept output positions `top_logprob_ids`, `top_logprobs`,
+`output_logprobs`) and `hf` (the contract's columns, as stored). speculators, SpecForge and TorchSpec compute the
+target's full distribution themselves (from the verifier's hidden states or the target model), and read only
+`input_ids` and `loss_mask`: they do not carry them.
+
 Every folder also gets `sample_ids.txt` (row i's sample_id on line i, written by the export stage), and
 the formats that have no map of their own carry the draft vocabulary as `draft_vocab.safetensors`.
 """
@@ -47,10 +53,19 @@ def _plain_text(column: pa.Array, pattern: str, name: str) -> pa.Array:
     return column
 
 
-def jsonl_text(rows: pa.Table) -> pa.Buffer:
-    """The JSON lines of training rows (sample_id, category, input_ids, loss_mask), built by Arrow's string
-    kernels (no Python object per token). Sample ids are hex and categories [a-z0-9_-] (checked), so
-    nothing needs escaping and the text is what json.dumps writes."""
+def _numbers(lists: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """`_joined` of float lists, -inf (a token the temperature left no probability) as null, as JSON has no -inf."""
+    array = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    values = array.values
+    text = pc.if_else(pc.is_inf(values), pa.scalar("null"), pc.cast(values, pa.string()))
+    return pc.binary_join(pa.ListArray.from_arrays(array.offsets, text), ",")
+
+
+def jsonl_text(rows: pa.Table, logprobs: bool = False) -> pa.Buffer:
+    """The JSON lines of training rows (sample_id, category, input_ids, loss_mask; with `logprobs`, the soft
+    targets of export/rows.py's SOFT_COLUMNS), built by Arrow's string kernels (no Python object per token).
+    Sample ids are hex and categories [a-z0-9_-] (checked), so nothing needs escaping and the text is what
+    json.dumps writes (floats in their shortest float32 form)."""
     sample_ids = _plain_text(rows.column("sample_id").combine_chunks(), "^[0-9a-f]+$", "sample_id")
     categories = _plain_text(rows.column("category").combine_chunks(), "^[a-z0-9_-]+$", "category")
     parts = [
@@ -62,6 +77,19 @@ def jsonl_text(rows: pa.Table) -> pa.Buffer:
         _joined(rows.column("input_ids")),
         '],"loss_mask":[',
         _joined(rows.column("loss_mask")),
+    ]
+    if logprobs:
+        parts += [
+            '],"top_logprobs_k":',
+            pc.cast(rows.column("soft_k").combine_chunks(), pa.string()),
+            ',"top_logprob_ids":[',
+            _joined(rows.column("soft_top_ids")),
+            '],"top_logprobs":[',
+            _numbers(rows.column("soft_top")),
+            '],"output_logprobs":[',
+            _numbers(rows.column("soft_sampled")),
+        ]
+    parts += [
         "]}\n",
         "",  # the separator
     ]
@@ -75,9 +103,13 @@ class FormatWriter:
     folder: ClassVar[bool] = True
     needs_vocab: ClassVar[bool] = False  # the trainer cannot start without the draft vocabulary maps
     columns: ClassVar[tuple[str, ...]] = ("sample_id", "category", "prompt_ids", "output_ids")
+    # why the format does not carry soft targets (None: it does, with --logprobs)
+    no_logprobs: ClassVar[str | None] = (
+        "its trainer computes the target's full distribution itself and reads only input_ids and loss_mask"
+    )
 
-    def __init__(self, target: Path, identity: str) -> None:
-        self.target, self.identity = target, identity
+    def __init__(self, target: Path, identity: str, logprobs: bool = False) -> None:
+        self.target, self.identity, self.logprobs = target, identity, logprobs
 
     def write(self, rows: pa.Table) -> None:
         raise NotImplementedError
@@ -97,14 +129,17 @@ class FormatWriter:
 class JsonlWriter(FormatWriter):
     name = "jsonl"
     folder = False
+    no_logprobs = None
 
-    def __init__(self, target: Path, identity: str, handle: IO[bytes] | None = None) -> None:
-        super().__init__(target, identity)
+    def __init__(
+        self, target: Path, identity: str, logprobs: bool = False, handle: IO[bytes] | None = None
+    ) -> None:
+        super().__init__(target, identity, logprobs)
         self._own = handle is None
         self.handle = handle or open(target, "wb")  # noqa: SIM115 - closed in finish
 
     def write(self, rows: pa.Table) -> None:
-        self.handle.write(jsonl_text(rows))
+        self.handle.write(jsonl_text(rows, self.logprobs))
 
     def finish(self, vocab: DraftVocab | None) -> list[str]:
         if self._own:
@@ -119,8 +154,8 @@ class SpeculatorsWriter(FormatWriter):
     needs_vocab = True
     SCHEMA = pa.schema([("input_ids", IDS), ("loss_mask", IDS), ("seq_len", pa.int64())])
 
-    def __init__(self, target: Path, identity: str) -> None:
-        super().__init__(target, identity)
+    def __init__(self, target: Path, identity: str, logprobs: bool = False) -> None:
+        super().__init__(target, identity, logprobs)
         self.arrow = ArrowFolderWriter(target, self.SCHEMA, format_type="torch", identity=identity)
 
     def write(self, rows: pa.Table) -> None:
@@ -140,8 +175,8 @@ class SpecForgeWriter(FormatWriter):
     needs_vocab = True
     DATA = "train.jsonl"
 
-    def __init__(self, target: Path, identity: str) -> None:
-        super().__init__(target, identity)
+    def __init__(self, target: Path, identity: str, logprobs: bool = False) -> None:
+        super().__init__(target, identity, logprobs)
         self.handle = open(target / self.DATA, "wb")  # noqa: SIM115 - closed in finish
 
     def write(self, rows: pa.Table) -> None:
@@ -171,8 +206,8 @@ class TorchSpecWriter(FormatWriter):
         ]
     )
 
-    def __init__(self, target: Path, identity: str) -> None:
-        super().__init__(target, identity)
+    def __init__(self, target: Path, identity: str, logprobs: bool = False) -> None:
+        super().__init__(target, identity, logprobs)
         self.parquet = pq.ParquetWriter(target / self.DATA, self.SCHEMA, compression="zstd")
 
     def write(self, rows: pa.Table) -> None:
@@ -199,14 +234,15 @@ class TorchSpecWriter(FormatWriter):
 
 class HfWriter(FormatWriter):
     name = "hf"
-    columns = tuple(SAMPLE_SCHEMA.names)
+    columns = tuple(SAMPLE_SCHEMA.names)  # the soft targets' columns too (null unless the run stored them)
+    no_logprobs = None
     SCHEMA = pa.schema(
         [pa.field(f.name, f.type) for f in SAMPLE_SCHEMA]
         + [pa.field("input_ids", IDS), pa.field("loss_mask", IDS), pa.field("seq_len", pa.int64())]
     )
 
-    def __init__(self, target: Path, identity: str) -> None:
-        super().__init__(target, identity)
+    def __init__(self, target: Path, identity: str, logprobs: bool = False) -> None:
+        super().__init__(target, identity, logprobs)
         self.arrow = ArrowFolderWriter(target, self.SCHEMA, format_type=None, identity=identity)
 
     def write(self, rows: pa.Table) -> None:

@@ -56,6 +56,12 @@ def write_info(path: Path, info: dict[str, Any]) -> None:
     path.write_text(yaml.safe_dump(info, sort_keys=False, width=120))
 
 
+def _mix_line(mix: dict[str, Any]) -> str:
+    weights = ", ".join(f"{c} x{w:g}" for c, w in mix["weights"].items())
+    named = f"`{mix['name']}`: " if mix.get("name") else ""
+    return f"{named}{weights}; modes {', '.join(mix['modes'])}; seed {mix['seed']} (export_info.yaml: rows_by_category)"
+
+
 def readme_text(info: dict[str, Any]) -> str:
     source, rows, cut = info["source"], info["rows"], info["sequence_length"]
     vocab = info["draft_vocab"]
@@ -77,6 +83,7 @@ def readme_text(info: dict[str, Any]) -> str:
         f"- rows: {rows['rows_exported']:,} ({rows['tokens']:,} tokens, {rows['supervised_tokens']:,} supervised); "
         f"categories: {', '.join(info['categories'])}",
         f"- sequence-length cut: {limit}",
+        f"- mix: {_mix_line(info['mix'])}",
         f"- shuffled: {'seed ' + str(info['shuffle_seed']) if info['shuffle_seed'] is not None else 'no'}",
         f"- draft vocabulary: {vocab_line}",
         f"- files: {', '.join(f'`{f}`' for f in info['files'])}",

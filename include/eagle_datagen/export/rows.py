@@ -17,6 +17,9 @@ import pyarrow as pa
 
 Overlong = Literal["cut", "drop"]
 TRAINING_COLUMNS = ("input_ids", "loss_mask", "seq_len", "prompt_len", "row_index")
+LOGPROB_COLUMNS = ("output_logprobs", "top_logprob_ids", "top_logprobs")  # the shards' soft targets
+# ... and as an export carries them: cut with the row (k, then the kept output positions')
+SOFT_COLUMNS = ("soft_k", "soft_top_ids", "soft_top", "soft_sampled")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class RowCounts:
     tokens: int = 0  # exported tokens
     supervised_tokens: int = 0  # exported tokens with loss_mask 1
     tokens_cut: int = 0
+    rows_filtered_by_mode: int = 0  # read, but of a mode the export's mix leaves out (not counted in rows_read)
 
     def to_json(self) -> dict[str, int]:
         return asdict(self)
@@ -107,3 +111,39 @@ def training_rows(table: pa.Table, limit: SeqLimit, counts: RowCounts) -> pa.Tab
     ):
         out = out.append_column(name, values)
     return out
+
+
+def soft_targets(rows: pa.Table) -> pa.Table:
+    """`rows` (training rows with the shards' LOGPROB_COLUMNS) plus SOFT_COLUMNS: each row's k and the soft targets
+    of its kept output positions (the first `seq_len - prompt_len`, as the cut keeps them): top-k ids and logprobs
+    (k per position, flattened) and the sampled token's logprob. A row without them is an error (its run did not
+    ask for them)."""
+    missing = sum(rows.column(name).null_count for name in LOGPROB_COLUMNS)
+    if missing:
+        from eagle_datagen.errors import DataGenError
+
+        first = rows.filter(rows.column("top_logprob_ids").is_null()).column("sample_id")[0].as_py()
+        raise DataGenError(
+            f"sample {first} has no top-k logprobs (its run did not ask for them: top_logprobs 0): export without "
+            "--logprobs, or export only runs made with --top-logprobs K"
+        )
+    output_len = np.diff(_flat(rows.column("output_ids"))[0])
+    top_offsets, top_ids = _flat(rows.column("top_logprob_ids"))
+    _, top = _flat(rows.column("top_logprobs"))
+    sampled_offsets, sampled = _flat(rows.column("output_logprobs"))
+    k = np.where(output_len > 0, np.diff(top_offsets) // np.maximum(output_len, 1), 0)
+    kept = rows.column("seq_len").to_numpy() - rows.column("prompt_len").to_numpy()
+    cut_offsets = np.zeros(rows.num_rows + 1, np.int64)
+    np.cumsum(kept * k, out=cut_offsets[1:])
+    take = ranges(top_offsets[:-1], kept * k)
+    own_offsets = np.zeros(rows.num_rows + 1, np.int64)
+    np.cumsum(kept, out=own_offsets[1:])
+    own = ranges(sampled_offsets[:-1], kept)
+    for name, values in (
+        ("soft_k", pa.array(k, pa.int32())),
+        ("soft_top_ids", pa.ListArray.from_arrays(pa.array(cut_offsets, pa.int32()), pa.array(top_ids[take]))),
+        ("soft_top", pa.ListArray.from_arrays(pa.array(cut_offsets, pa.int32()), pa.array(top[take]))),
+        ("soft_sampled", pa.ListArray.from_arrays(pa.array(own_offsets, pa.int32()), pa.array(sampled[own]))),
+    ):
+        rows = rows.append_column(name, values)
+    return rows

@@ -5,9 +5,12 @@ and handed to the format's writer (export/formats.py). With a shuffle seed the r
 Arrow file beside the target, read back in buckets (storage/reorder.py; never memory-mapped) in the order
 `speculators prepare-data --seed` gives them (HF `datasets.shuffle`, a numpy `default_rng(seed).permutation`,
 of the rows read, then of the rows kept), so that a speculators export is row for row what prepare-data
-writes from the JSONL export. The draft vocabulary is the run's or release's own, or, with
-`draft_vocab_size`, built from the supervised tokens of the exported rows (cut as exported), counted as the
-trainers count them.
+writes from the JSONL export. A training mix (export/mix.py: per-category weights, a mode filter) selects the
+rows read; a mix that resamples stages the rows the same way and writes each row as many times as its weight
+gives (the copies follow each other, or go where the seed's shuffle puts them: the shuffle sees the mixed rows as
+the rows read, as prepare-data would read them from the mixed JSONL export). The draft vocabulary is the run's
+or release's own, or, with `draft_vocab_size`, built from the supervised tokens of the exported rows (cut as
+exported, copies included), counted as the trainers count them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,8 @@ import pyarrow as pa
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.export.formats import WRITERS, FormatWriter, JsonlWriter
 from eagle_datagen.export.metadata import TrainContext, readme_text, train_command, write_info
-from eagle_datagen.export.rows import RowCounts, SeqLimit, training_rows
+from eagle_datagen.export.mix import MODE_COLUMN, ExportMix, MixPlan, keep_modes, tally, with_modes
+from eagle_datagen.export.rows import LOGPROB_COLUMNS, RowCounts, SeqLimit, soft_targets, training_rows
 from eagle_datagen.export.source import ExportSource, open_release, open_run
 from eagle_datagen.profile import load_profile
 from eagle_datagen.stats.draft_vocab import DraftVocab, build_draft_vocab
@@ -52,6 +57,8 @@ class ExportOptions:
     draft_vocab_size: int | None = None  # None: the run's or release's draft vocabulary
     command: str = ""  # the command line, for the README
     location: str | None = None  # where the trainer finds the export, when not at `to` (uploaded exports)
+    mix: ExportMix = field(default_factory=ExportMix)  # per-category weights and a mode filter (export/mix.py)
+    logprobs: bool = False  # carry the soft targets (top-k logprobs), in the formats that can (export/formats.py)
 
 
 @dataclass
@@ -108,11 +115,41 @@ def _commit(work: Path, target: Path) -> None:
     os.replace(work, target)
 
 
-def _row_tables(source: ExportSource, columns: list[str], limit: SeqLimit, counts: RowCounts) -> Iterator[pa.Table]:
+@dataclass
+class ModeTally:
+    """Rows per (category, mode): read (before the mode filter) and exported (written, copies included)."""
+
+    read: Counter[tuple[str, str]] = field(default_factory=Counter)
+    exported: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def to_json(self) -> dict[str, dict[str, dict[str, int]]]:
+        result: dict[str, dict[str, dict[str, int]]] = {}
+        for category, mode in sorted(set(self.read) | set(self.exported)):
+            pair = (category, mode)
+            result.setdefault(category, {})[mode] = {"read": self.read[pair], "exported": self.exported[pair]}
+        return result
+
+
+def _row_tables(
+    source: ExportSource,
+    columns: list[str],
+    limit: SeqLimit,
+    counts: RowCounts,
+    mix: ExportMix,
+    modes: ModeTally,
+    plan: MixPlan | None,
+    logprobs: bool = False,
+) -> Iterator[pa.Table]:
     for table in source.tables(columns):
-        rows = training_rows(table, limit, counts)
+        table = with_modes(table)
+        modes.read.update(tally(table))
+        kept = keep_modes(table, mix.modes)
+        counts.rows_filtered_by_mode += table.num_rows - kept.num_rows
+        if plan is not None:
+            plan.observe(kept)
+        rows = training_rows(kept, limit, counts)
         if rows.num_rows:
-            yield rows
+            yield soft_targets(rows) if logprobs else rows
 
 
 def shuffled_order(row_index: np.ndarray, rows_read: int, seed: int) -> np.ndarray:
@@ -124,13 +161,34 @@ def shuffled_order(row_index: np.ndarray, rows_read: int, seed: int) -> np.ndarr
     return first[np.random.default_rng(seed).permutation(len(first))]
 
 
+def mixed_order(row_index: np.ndarray, copies: np.ndarray, seed: int | None) -> np.ndarray:
+    """The staged row of each output row: staged row i (read as row `row_index[i]`) `copies[row_index[i]]` times,
+    copies together in read order; with a seed, in the order shuffled_order gives the mixed rows (the copies of
+    every row read, in read order, being the rows a trainer reads from the mixed JSONL export)."""
+    reps = copies[row_index]
+    staged = np.repeat(np.arange(len(row_index), dtype=np.int64), reps)
+    if seed is None:
+        return staged
+    first_copy = np.cumsum(copies) - copies  # where each row read starts among the mixed rows
+    nth = np.arange(len(staged), dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
+    mixed_index = np.repeat(first_copy[row_index], reps) + nth
+    return staged[shuffled_order(mixed_index, int(copies.sum()), seed)]
+
+
 def _shuffled(
-    tables: Iterator[pa.Table], staging: Path, seed: int, counts: RowCounts, bucket_bytes: int = SHUFFLE_BUCKET_BYTES
+    tables: Iterator[pa.Table],
+    staging: Path,
+    seed: int | None,
+    counts: RowCounts,
+    bucket_bytes: int = SHUFFLE_BUCKET_BYTES,
+    copies: Callable[[], np.ndarray] | None = None,
 ) -> Iterator[pa.Table]:
     """The rows of `tables` in the seed's order (shuffled_order), in bounded memory: the rows are staged in a
     file, and put in that order by storage/reorder.py (buckets of about `bucket_bytes`, by the rows' sizes, so
-    that long rows make smaller buckets). Memory: one staged batch, one bucket, and about 24 bytes per row; the
-    tables handed on have at most SHUFFLE_BATCH_ROWS rows and about SHUFFLE_BATCH_BYTES."""
+    that long rows make smaller buckets). With `copies` (of each row read, known once all are read: a training
+    mix), each row comes that many times (`mixed_order`; no seed: in read order). Memory: one staged batch, one
+    bucket, and about 24 bytes per row; the tables handed on have at most SHUFFLE_BATCH_ROWS rows and about
+    SHUFFLE_BATCH_BYTES."""
     writer: pa.ipc.RecordBatchFileWriter | None = None
     try:
         with pa.OSFile(str(staging), "wb") as sink:
@@ -147,6 +205,13 @@ def _shuffled(
             row_index = np.concatenate(
                 [reader.get_batch(i).column("row_index").to_numpy().copy() for i in range(reader.num_record_batches)]
             )
+        if copies is not None:
+            source = mixed_order(row_index, copies(), seed)  # output place -> staged row, copies repeated
+            del row_index
+            for bucket in reorder.gather(staging, source, bucket_bytes):
+                yield from reorder.slices(bucket, SHUFFLE_BATCH_ROWS, SHUFFLE_BATCH_BYTES)
+            return
+        assert seed is not None
         order = shuffled_order(row_index, counts.rows_read, seed)  # output place -> staged row
         del row_index
         place = np.empty(len(order), dtype=np.int64)  # staged row -> its place in the output
@@ -156,6 +221,13 @@ def _shuffled(
             yield from reorder.slices(bucket, SHUFFLE_BATCH_ROWS, SHUFFLE_BATCH_BYTES)
     finally:
         staging.unlink(missing_ok=True)
+
+
+def _count_written(rows: pa.Table, written: RowCounts) -> None:
+    seq_len = rows.column("seq_len").to_numpy()
+    written.rows_exported += rows.num_rows
+    written.tokens += int(seq_len.sum())
+    written.supervised_tokens += int(seq_len.sum() - rows.column("prompt_len").to_numpy().sum())
 
 
 def _supervised_ids(rows: pa.Table) -> np.ndarray:
@@ -168,6 +240,10 @@ def run_export(root: OutputRoot, options: ExportOptions) -> ExportSummary:
     if options.format not in WRITERS:
         raise ConfigError(f"unknown export format {options.format!r}: use one of {', '.join(WRITERS)}")
     writer_cls = WRITERS[options.format]
+    if options.logprobs and writer_cls.no_logprobs:
+        raise ConfigError(
+            f"--logprobs: {options.format} does not carry soft targets ({writer_cls.no_logprobs}): export jsonl or hf"
+        )
     source = open_source(root, options)
     published = None if options.draft_vocab_size else source.published_draft_vocab()
     if writer_cls.needs_vocab and options.draft_vocab_size is None and published is None:
@@ -175,6 +251,7 @@ def run_export(root: OutputRoot, options: ExportOptions) -> ExportSummary:
             f"{source.kind} {source.id} has no draft vocabulary and {options.format} needs one (d2t/t2d): "
             "pass --draft-vocab-size K to build it from the exported rows"
         )
+    options.mix.check(source.categories, f"{source.kind} {source.id}")
     profile = load_profile(source.profile)
     target, work = _prepare_target(options, writer_cls)
     try:
@@ -197,32 +274,44 @@ def _write(
 ) -> ExportSummary:
     identity = f"{source.kind}={source.id}:{options.format}"
     if writer_cls is JsonlWriter and options.to == "-":
-        writer: FormatWriter = JsonlWriter(target, identity, handle=sys.stdout.buffer)
+        writer: FormatWriter = JsonlWriter(target, identity, options.logprobs, handle=sys.stdout.buffer)
     else:
-        writer = writer_cls(work, identity)
-    counts = RowCounts()
+        writer = writer_cls(work, identity, options.logprobs)
+    counts, modes = RowCounts(), ModeTally()
     counter = TokenCounter(vocab_size) if options.draft_vocab_size else None
     sample_ids = (work / "sample_ids.txt").open("w") if writer_cls.folder else None
-    columns = list(dict.fromkeys([*writer_cls.columns, "category", "prompt_ids", "output_ids"]))
+    soft = list(LOGPROB_COLUMNS) if options.logprobs else []
+    columns = list(dict.fromkeys([*writer_cls.columns, "category", "prompt_ids", "output_ids", MODE_COLUMN, *soft]))
+    plan = MixPlan(options.mix) if options.mix.resamples else None
+    written = RowCounts()
     try:
-        tables = _row_tables(source, columns, options.limit, counts)
-        if options.shuffle_seed is not None:
+        tables = _row_tables(source, columns, options.limit, counts, options.mix, modes, plan, options.logprobs)
+        if options.shuffle_seed is not None or plan is not None:
             staging = (work if writer_cls.folder else work.parent) / f".{target.name}.staging.arrow"
-            tables = _shuffled(tables, staging, options.shuffle_seed, counts)
+            copies = plan.copies if plan is not None else None
+            tables = _shuffled(tables, staging, options.shuffle_seed, counts, copies=copies)
         for rows in tables:
             if counter is not None:
                 counter.add_ids(_supervised_ids(rows))
             if sample_ids is not None:
                 sample_ids.write("\n".join(rows.column("sample_id").to_pylist()) + "\n")
+            modes.exported.update(tally(rows))
+            _count_written(rows, written)
             writer.write(rows)
     finally:
         if sample_ids is not None:
             sample_ids.close()
+    # the rows written, copies included (the cut and drop counts are of the distinct rows read)
+    counts.rows_exported, counts.tokens, counts.supervised_tokens = (
+        written.rows_exported,
+        written.tokens,
+        written.supervised_tokens,
+    )
     vocab, vocab_from = _draft_vocab(options, source, published, counter)
     files = writer.finish(vocab) if writer_cls.folder else [target.name, *writer.finish(vocab)]
     if sample_ids is not None:
         files.append("sample_ids.txt")
-    info = _info(options, source, counts, vocab, vocab_from, files)
+    info = _info(options, source, counts, vocab, vocab_from, files, modes)
     if writer_cls.folder:
         files += ["export_info.yaml", "README.md"]
         info["files"] = files
@@ -254,6 +343,7 @@ def _info(
     vocab: DraftVocab | None,
     vocab_from: str | None,
     files: list[str],
+    modes: ModeTally,
 ) -> dict[str, Any]:
     where = options.location or options.to
     context = TrainContext(where, source.model, vocab.k if vocab else None, options.limit.max_len)
@@ -270,9 +360,12 @@ def _info(
         },
         "location": where,
         "categories": source.categories,
+        "mix": options.mix.to_json(source.categories),
         "rows": counts.to_json() | {"superseded_rows_skipped": source.superseded_rows},
+        "rows_by_category": modes.to_json(),
         "sequence_length": {"max_seq_len": options.limit.max_len, "overlong": options.limit.overlong},
         "shuffle_seed": options.shuffle_seed,
+        "logprobs": options.logprobs,
         "draft_vocab": {"k": vocab.k, "from": vocab_from, "coverage": round(float(vocab.coverage), 6)}
         if vocab
         else None,

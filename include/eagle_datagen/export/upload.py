@@ -14,13 +14,16 @@ from typing import Any
 
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.export.stage import ExportOptions, run_export
+from eagle_datagen.sources.recipe import ALL_MIX
 from eagle_datagen.storage.objects import ObjectCollision, put_once
 from eagle_datagen.storage.output_root import OutputRoot
 
 
 def export_prefix(options: ExportOptions) -> str:
+    """`exports/<kind>=<id>/<format>/`; a named mix's under `exports/<kind>=<id>/mix=<name>/<format>/`."""
     kind, ident = ("release", options.release_id) if options.release_id else ("run", options.run_id)
-    return f"exports/{kind}={ident}/{options.format}/"
+    mix = f"mix={options.mix.name}/" if options.mix.name and options.mix.name != ALL_MIX else ""
+    return f"exports/{kind}={ident}/{mix}{options.format}/"
 
 
 def export_into_root(root: OutputRoot, options: ExportOptions) -> dict[str, Any]:

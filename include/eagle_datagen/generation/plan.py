@@ -53,6 +53,7 @@ class CategorySettings:
     samples_per_prompt: int
     turns: str = "last"  # "each": one generation step per assistant turn (conversation/driver.py)
     max_tool_steps: int = 8
+    top_logprobs: int = 0  # k > 0: each answer's top-k logprobs per output token are stored (inference/logprobs.py)
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,7 @@ def shard_conversations(root: OutputRoot, plan: RunPlan, index: int) -> list[Con
                     sampling=settings.sampling,
                     max_tool_steps=settings.max_tool_steps,
                     shard=index,
+                    top_logprobs=settings.top_logprobs,
                 )
             )
     return jobs
@@ -251,6 +253,7 @@ def shard_requests(root: OutputRoot, plan: RunPlan, index: int) -> list[SampleRe
                     model=plan.model,
                     sampling=settings.sampling,
                     shard=index,
+                    top_logprobs=settings.top_logprobs,
                 )
             )
     return requests

@@ -30,6 +30,7 @@ from eagle_datagen.generation.plan import RunPlan
 from eagle_datagen.generation.shard_samples import ShardIncomplete as ShardIncomplete  # steps.py catches it here
 from eagle_datagen.generation.shard_samples import shard_row_batches
 from eagle_datagen.generation.shard_samples import shard_rows as shard_rows  # the whole shard, for tests
+from eagle_datagen.inference.logprobs import columns as logprob_columns
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.stats.conversations import tool_loop_drift_warning
 from eagle_datagen.stats.draft_vocab import build_draft_vocab
@@ -113,6 +114,7 @@ def publish_shard(root: OutputRoot, plan: RunPlan, index: int, profile: ModelPro
             for place, row in batch:
                 verdict = validate_sample(row, profile, options.limits)
                 row["reasoning_tokens"] = reasoning_length(row["output_ids"], profile)
+                row |= logprob_columns(row.get("logprobs"))  # soft targets, when asked: inference/logprobs.py
                 if verdict is None:
                     valid[0].append(place)
                     valid[1].append({name: row.get(name) for name in SAMPLE_SCHEMA.names})

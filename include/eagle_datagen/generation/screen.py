@@ -79,7 +79,9 @@ class AnswerScreen:
     ) -> Verdict:
         if self.stopped is not None:  # another request of this run stopped it: no more answers count
             raise RunStopped([self.stopped])
-        verdict = judge_answer(request.prompt_ids, output_ids, meta_info, self.profile, self.limits)
+        verdict = judge_answer(
+            request.prompt_ids, output_ids, meta_info, self.profile, self.limits, request.top_logprobs
+        )
         evidence = None
         if verdict.server_fault:
             evidence = {

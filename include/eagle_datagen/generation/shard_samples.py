@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from eagle_datagen.conversation.driver import validation_row
+from eagle_datagen.conversation.driver import soft_targets, validation_row
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.checkpoint import checkpoint_rows, load_checkpoint_index
 from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_key
@@ -48,7 +48,9 @@ def _batched(rows: Iterator[Placed]) -> Iterator[list[Placed]]:
     tokens = 0
     for placed in rows:
         batch.append(placed)
-        tokens += len(placed[1]["output_ids"]) + len(placed[1]["prompt_ids"])
+        row = placed[1]
+        # soft targets: an answer's top-k logprobs weigh about k/2 ids per output token (base64, then arrays)
+        tokens += len(row["output_ids"]) * (1 + (row.get("top_logprobs_num") or 0) // 2) + len(row["prompt_ids"])
         if len(batch) >= BATCH_ROWS or tokens >= BATCH_TOKENS:
             yield batch
             batch, tokens = [], 0
@@ -109,7 +111,8 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
                 "cached_tokens": _int_or_none(meta.get("cached_tokens")),
                 "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
                 "error": saved["error"],
-            },
+            }
+            | soft_targets(settings.top_logprobs, meta),
         )
     if found != len(requests):  # an index named a sample its chunk does not hold
         raise _incomplete(plan, index)
@@ -142,7 +145,7 @@ def _conversations(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Plac
         place = _step_place(ordinal, turn, seen)
         yield (
             place,
-            validation_row(saved["prompt_ids"], saved)
+            validation_row(saved["prompt_ids"], saved, job.top_logprobs)
             | {
                 "sample_id": saved["sample_id"],
                 "record_id": job.record_id,

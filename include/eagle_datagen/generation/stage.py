@@ -96,6 +96,7 @@ class SamplingOverrides:
     top_k: int | None = None
     samples_per_prompt: int | None = None
     turns: str | None = None  # last | each (docs/multi-turn.md)
+    top_logprobs: int | None = None  # k: the top-k logprobs of every output token (inference/logprobs.py)
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,12 @@ def category_settings(
                 "max_tool_steps",
                 category=spec.max_tool_steps if spec is not None else None,
                 defaults=defaults.max_tool_steps,
+            ),
+            top_logprobs=settings.resolve(
+                "top_logprobs",
+                given=overrides.top_logprobs,
+                category=spec.top_logprobs if spec is not None else None,
+                defaults=defaults.top_logprobs,
             ),
         )
     return chosen

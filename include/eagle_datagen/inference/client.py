@@ -24,6 +24,7 @@ import aiohttp
 from eagle_datagen.inference.endpoints import Endpoint, EndpointPool, NoEndpointAvailable
 from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.liveness import LivenessMonitor, LivenessPolicy, Watched
+from eagle_datagen.inference.logprobs import compact
 from eagle_datagen.inference.retry import Failure, RetryPolicy, failure_from_status
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 
@@ -51,7 +52,7 @@ def _parse_answer(payload: Any) -> tuple[list[int], dict[str, Any]] | Failure:
     finish = meta.get("finish_reason")
     if isinstance(finish, dict) and finish.get("type") == "abort":
         return Failure("abort", str(finish.get("message", "aborted")), transient=True, status=finish.get("status_code"))
-    return output_ids, meta
+    return output_ids, compact(meta)  # top-k logprobs, when asked: compact at once (inference/logprobs.py)
 
 
 def beyond_vocab(request: SampleRequest, vocab_size: int) -> str | None:

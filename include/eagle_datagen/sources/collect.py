@@ -439,7 +439,8 @@ def _benchmark_rejects(spool: PromptSpool, ordinals: list[int], filters: PromptF
     assert index is not None
     records = [spool.read(o) for o in ordinals]
     found = []
-    for ordinal, record, overlap in zip(ordinals, records, index.find([user_texts(r) for r in records]), strict=True):
+    overlaps = index.find([user_texts(r) for r in records], [(r.source, r.record_id) for r in records])
+    for ordinal, record, overlap in zip(ordinals, records, overlaps, strict=True):
         if overlap is not None:
             found.append(
                 (

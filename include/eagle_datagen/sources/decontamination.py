@@ -1,5 +1,6 @@
 """Benchmark decontamination: prompts whose user text shares a long word n-gram with a benchmark item
-(13 words by default, over normalised text), or equals one, are rejected as `benchmark_overlap`.
+(13 words by default, over normalised text), or equals one, are rejected as `benchmark_overlap`; so is a
+record whose `source` and `id` are those of a SPEED-Bench placeholder row (an item without text).
 
 The benchmark side is one sorted array of hashed n-grams (and the item each came from), so a prompt costs a
 binary search per n-gram, whatever the number of items; prompts are hashed in batches with numpy.
@@ -18,12 +19,27 @@ from eagle_datagen.sources.text import ngram_hashes, process_hashes, words
 _BATCH = 2048  # prompts hashed and looked up together
 
 
+def source_name(source: str) -> str:
+    """A dataset's name as SPEED-Bench's `source` and a record's `source` may spell it: without a hub prefix
+    (hf://datasets/, https://huggingface.co/datasets/), without a trailing slash, case-folded."""
+    name = source.strip()
+    for prefix in ("hf://datasets/", "https://huggingface.co/datasets/", "huggingface.co/datasets/"):
+        name = name.removeprefix(prefix)
+    return name.rstrip("/").casefold()
+
+
 @dataclass(frozen=True, slots=True)
 class Overlap:
     item: BenchmarkItem
-    shared_ngrams: int  # 0 when the text equals the item after normalisation
+    shared_ngrams: int  # 0 when the text equals the item after normalisation; -1: matched on source and id
 
     def describe(self, n: int) -> str:
+        if self.shared_ngrams < 0 and self.item.source_key is not None:
+            source, src_id = self.item.source_key
+            return (
+                f"the record's source and id match benchmark {self.item.benchmark} item {self.item.item_id} "
+                f"(a placeholder row of source {source!r}, src_id {src_id!r})"
+            )
         how = (
             "equals it after normalisation"
             if self.shared_ngrams == 0
@@ -39,8 +55,11 @@ class BenchmarkIndex:
         self.n = n
         self.items = list(items)
         self._equal: dict[str, int] = {}
+        self._keys: dict[tuple[str, str], int] = {}  # (source name, src_id) of placeholder rows -> item
         text_hashes, text_item = [], []
         for index, item in enumerate(self.items):
+            if item.source_key is not None:
+                self._keys.setdefault((source_name(item.source_key[0]), item.source_key[1]), index)
             for text in item.texts:
                 text_words = words(text)
                 if text_words:
@@ -72,11 +91,19 @@ class BenchmarkIndex:
     def ngrams(self) -> int:
         return len(self._grams)
 
-    def find(self, user_texts: Sequence[Sequence[str]]) -> list[Overlap | None]:
-        """For each prompt (its user messages' texts), the benchmark item it overlaps most, or None."""
+    def find(
+        self, user_texts: Sequence[Sequence[str]], keys: Sequence[tuple[str | None, str | None]] | None = None
+    ) -> list[Overlap | None]:
+        """For each prompt (its user messages' texts), the benchmark item it overlaps most, or None. With `keys`
+        (each prompt's record `source` and `id`), a prompt whose pair is a placeholder item's is that item's."""
         found: list[Overlap | None] = []
         for start in range(0, len(user_texts), _BATCH):
             found.extend(self._find_batch(user_texts[start : start + _BATCH]))
+        if keys is not None and self._keys:
+            for i, (source, record_id) in enumerate(keys):
+                index = self._keys.get((source_name(source), record_id)) if source and record_id else None
+                if index is not None and found[i] is None:
+                    found[i] = Overlap(self.items[index], -1)
         return found
 
     def _find_batch(self, batch: Sequence[Sequence[str]]) -> list[Overlap | None]:

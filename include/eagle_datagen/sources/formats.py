@@ -2,10 +2,12 @@
 into contract-v1 records before validation.
 
 A source names its format (recipe `format:`, `--prompts-format`) or leaves it to detection, per record: a
-record with `messages` is read as the data contract; otherwise a record with exactly one of the other key
-fields (`conversations`, `instruction`, `prompt`) is read in that format, and one with several is rejected
-as `ambiguous_format`. `columns:` maps a format's
-fields onto the source's own column names (`{prompt: question, id: uid}`).
+record with the keys of a benchmark's published format (sources/benchmark_formats.py: `mt_bench`,
+`speed_bench`, `bfcl`, `gsm8k`, `math500`, `ceval`, `humaneval`) is read in that format, with the benchmark's
+own category; a record with `messages` is read as the data contract; otherwise a record with exactly one of
+the other key fields (`conversations`, `instruction`, `prompt`) is read in that format, and one with several is
+rejected as `ambiguous_format`. `columns:` maps a format's fields onto the source's own column names
+(`{prompt: question, id: uid}`); a benchmark's format reads its published columns.
 
 The original assistant replies are never training data: trailing replies (the answer to the last user
 turn) are cut, and earlier ones are kept as history (`history: keep`, the default) or dropped with
@@ -20,10 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eagle_datagen.records import Reject, excerpt_of
+from eagle_datagen.sources.benchmark_formats import BENCHMARK_FORMAT_NAMES, FORMATS, NotInFormat, detect_benchmark
 from eagle_datagen.sources.strict_json import loads_strict
 
-FormatName = Literal["messages", "sharegpt", "alpaca", "prompt"]
-FORMAT_NAMES: tuple[str, ...] = ("messages", "sharegpt", "alpaca", "prompt")
+FormatName = Literal[
+    "messages", "sharegpt", "alpaca", "prompt", "mt_bench", "speed_bench", "bfcl", "gsm8k", "math500", "ceval",
+    "humaneval",
+]  # fmt: skip
+FORMAT_NAMES: tuple[str, ...] = ("messages", "sharegpt", "alpaca", "prompt", *BENCHMARK_FORMAT_NAMES)
 HistoryPolicy = Literal["keep", "drop"]
 HISTORY_POLICIES: tuple[str, ...] = ("keep", "drop")
 
@@ -82,12 +88,19 @@ class SourceFormat:
 
     def key_columns(self) -> tuple[str, ...]:
         """The columns a tabular source needs one of (CSV headers are checked against them)."""
+        if self.name in FORMATS:
+            return FORMATS[self.name].key_columns
         names = [self.name] if self.name else list(KEY_FIELDS)
-        return tuple(self.column(KEY_FIELDS[n]) for n in names)
+        own = tuple(self.column(KEY_FIELDS[n]) for n in names)
+        benchmarks = tuple(k for f in FORMATS.values() for k in f.key_columns)
+        return own if self.name else tuple(dict.fromkeys(own + benchmarks))
 
     def detect(self, raw: dict[str, Any]) -> str:
         if self.name:
             return self.name
+        benchmark = detect_benchmark(raw)
+        if benchmark is not None:
+            return benchmark
         present = [n for n, key in KEY_FIELDS.items() if raw.get(self.column(key)) is not None]
         if "messages" in present:
             return "messages"  # the data contract first: a contract record with a `prompt` field stays valid
@@ -109,6 +122,8 @@ class SourceFormat:
             fmt = self.detect(raw)
             if fmt == "messages" and not self.columns and self.history is None:
                 return raw  # the contract as it is: nothing to map (the common case)
+            if fmt in FORMATS:
+                return _benchmark_record(fmt, raw, origin)
             fields = {f: raw.get(self.column(f)) for f in COMMON_FIELDS + FORMAT_FIELDS[fmt]}
             key = KEY_FIELDS[fmt]
             if fields[key] is None:
@@ -142,6 +157,22 @@ class SourceFormat:
         if fields.get("tools") is not None:
             record["tools"] = fields["tools"]
         return record
+
+
+def _benchmark_record(fmt: str, raw: dict[str, Any], origin: str) -> dict[str, Any] | Reject:
+    """A benchmark row as a contract record (its first user turn, its own category), or the reason it is not one."""
+    where = origin.rpartition(":")[2]
+    try:
+        return FORMATS[fmt].row(raw, origin).record(where if where.startswith("row") else f"line{where}")
+    except NotInFormat as bad:
+        record_id = next((raw[k] for k in ("question_id", "id", "task_id", "unique_id") if k in raw), None)
+        return Reject(
+            bad.reason,
+            f"{fmt}: {bad.detail}",
+            origin,
+            record_id=str(record_id) if isinstance(record_id, ID_TYPES) and not isinstance(record_id, bool) else None,
+            excerpt=excerpt_of(raw),
+        )
 
 
 def _json_text(text: str, name: str) -> Any:

@@ -17,6 +17,9 @@ decontamination:          # optional: drop prompts that overlap benchmark items 
   ngram: 13
   benchmarks: [humaneval, {name: gsm8k, path: data/gsm8k_test.jsonl, field: question}]
 near_duplicates: {threshold: 0.7}   # optional: MinHash near-duplicates (sources/near_duplicates.py)
+mixes:                    # optional: named training mixes for `eagle-datagen export --mix NAME` and the release DAG
+  phase1: {weights: {chat: 1, math: 2}, modes: [thinking, instant]}
+  phase2: {weights: {chat: 0.25, math: 0}, seed: 1}   # export/mix.py: unnamed categories keep weight 1
 categories:
   math:
     sources: [data/math/*.jsonl, {path: "s3://bucket/math/", max_prompts: 5000}]
@@ -32,10 +35,18 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from eagle_datagen import settings
 from eagle_datagen.conversation import TURNS
@@ -117,6 +128,7 @@ class CategorySpec(_Strict):
     turns: Turns | None = None
     max_tool_steps: int | None = Field(None, **settings.bounds_of("max_tool_steps"))
     max_prompt_tokens: int | None = Field(None, **settings.bounds_of("max_prompt_tokens"))
+    top_logprobs: int | None = Field(None, **settings.bounds_of("top_logprobs"))
     sampling: SamplingParams | None = None
 
     @field_validator("sources", mode="before")
@@ -145,6 +157,30 @@ class NearDuplicates(_Strict):
     num_perm: int = Field(DEFAULT_NUM_PERM, **settings.bounds_of("near_duplicate_num_perm"))
 
 
+MixName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+ALL_MIX = "all"  # the export of every category and mode, unweighted: the release DAG's default
+MIX_MODES = ("thinking", "instant")  # export/mix.py's MODES (the recipe is read at DAG parse time: no numpy here)
+
+
+class MixSpec(_Strict):
+    """A training mix (export/mix.py): per-category weights (>= 0; a category not named keeps 1), the modes to
+    keep (default every mode) and the seed of the selection under a fractional weight."""
+
+    weights: dict[str, float] = Field(default_factory=dict)
+    modes: list[Literal[MIX_MODES]] | None = Field(None, min_length=1)  # type: ignore[valid-type]
+    seed: int = 0
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, value: dict[str, float]) -> dict[str, float]:
+        for category, weight in value.items():
+            if not CATEGORY_PATTERN.fullmatch(category):
+                raise ValueError(f"mix weight for {category!r}: not a category name")
+            if not 0 <= weight <= 1000:
+                raise ValueError(f"mix weight for {category}: {weight} must be from 0 to 1000")
+        return value
+
+
 class Defaults(_Strict):
     """The recipe's defaults for every category. Their own defaults are eagle_datagen/settings.py's; the sampling
     is left unset, so that what the recipe does not set comes from the model profile, then settings.py
@@ -156,6 +192,8 @@ class Defaults(_Strict):
     turns: Turns = settings.default_of("turns")
     max_tool_steps: int = Field(settings.default_of("max_tool_steps"), **settings.bounds_of("max_tool_steps"))
     max_prompt_tokens: int = Field(settings.default_of("max_prompt_tokens"), **settings.bounds_of("max_prompt_tokens"))
+    # k > 0: store the top-k logprobs of every output token (soft targets, inference/logprobs.py)
+    top_logprobs: int = Field(settings.default_of("top_logprobs"), **settings.bounds_of("top_logprobs"))
     sampling: SamplingParams = SamplingParams()
 
 
@@ -178,6 +216,7 @@ class Recipe(_Strict):
     defaults: Defaults = Defaults()
     decontamination: Decontamination | None = None
     near_duplicates: NearDuplicates | None = None  # off unless given ({} for the defaults)
+    mixes: dict[MixName, MixSpec] = Field(default_factory=dict)  # named training mixes (export/mix.py)
     categories: dict[str, CategorySpec] = Field(min_length=1)
     base_dir: Path | None = Field(None, exclude=True)
 
@@ -196,6 +235,16 @@ class Recipe(_Strict):
             if not CATEGORY_PATTERN.fullmatch(name):
                 raise ValueError(f"category name {name!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
         return value
+
+    @model_validator(mode="after")
+    def _mix_categories(self) -> Recipe:
+        if ALL_MIX in self.mixes:
+            raise ValueError(f"mixes: {ALL_MIX!r} is the export of everything, unweighted: give the mix another name")
+        for name, mix in self.mixes.items():
+            unknown = sorted(set(mix.weights) - set(self.categories))
+            if unknown:
+                raise ValueError(f"mixes.{name} weighs {unknown}, which are not categories of the recipe")
+        return self
 
     @field_validator("max_rates")
     @classmethod
@@ -219,6 +268,10 @@ class Recipe(_Strict):
     def max_tool_steps_for(self, category: str) -> int:
         spec = self.categories[category].max_tool_steps
         return self.defaults.max_tool_steps if spec is None else spec
+
+    def top_logprobs_for(self, category: str) -> int:
+        spec = self.categories[category].top_logprobs
+        return self.defaults.top_logprobs if spec is None else spec
 
     def max_prompt_tokens_for(self, category: str) -> int:
         return self.categories[category].max_prompt_tokens or self.defaults.max_prompt_tokens

@@ -3,7 +3,9 @@ of words (stable ones for decisions that must repeat across processes, Python's 
 counts) and of word n-grams, vectorised with numpy.
 
 Normalised text is NFKC, case-folded, and split into runs of letters and digits: punctuation, underscores,
-whitespace and markup do not separate two texts that say the same thing.
+whitespace and markup do not separate two texts that say the same thing. Chinese and Japanese write no spaces
+between words, so each Han, Hiragana or Katakana character is a word of its own (a C-Eval question is a run of
+characters, which as one "word" could never share a 13-word n-gram with anything).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-_WORD = re.compile(r"[^\W_]+")
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # Hiragana, Katakana, Han (and extensions)
+_WORD = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
 _MULTIPLIER = np.uint64(0x100000001B3)  # odd: the polynomial n-gram hash keeps word order
 _MAX_CACHED_WORDS = 4_000_000
 

@@ -19,7 +19,12 @@ every option compared in docs/benchmarks.md, "Storage"):
   the token columns (no reader filters on token ids);
 - strings repeated across rows (category, model, run_id, finish_reason, sampling, ...) are dictionary
   encoded; the per-sample hashes (`sample_id`) are PLAIN. Scalars keep their statistics, so readers can
-  skip row groups by run_id, category or sample_index.
+  skip row groups by run_id, category or sample_index;
+- soft targets (`top_logprob_ids`, `top_logprobs`, `output_logprobs`; null unless the run asked for them): the
+  ids PLAIN int32 as the token ids, the logprobs float32 in BYTE_STREAM_SPLIT pages (Parquet 2.8, 2019; read by
+  pyarrow, parquet-java 1.12 / Spark 3.2, DuckDB since late 2023), which zstd compresses 29% better than PLAIN
+  floats at k=20 (`bench/bench_logprob_storage.py`, docs/benchmarks.md). float16 would halve them again, but
+  Parquet's FLOAT16 (2023) is not read by every reader.
 The bytes are a pure function of the table (no timestamps), so a rewrite of the same shard is identical.
 """
 
@@ -72,6 +77,12 @@ _ADDED_FIELDS = [
     pa.field("step_kind", pa.string()),  # user_turn | tool_result
     pa.field("trajectory_end", pa.string()),  # on the conversation's last step: why it stopped
     pa.field("prompt_drift", pa.string()),  # this prompt vs the parent's prompt_ids + output_ids
+    # soft targets (`top_logprobs` k > 0, inference/logprobs.py); null otherwise. Per output token, position by
+    # position: the sampled token's logprob; the top k ids and their logprobs, most likely first (flattened: the
+    # entries of output position j are j*k .. j*k+k-1). Logprobs after temperature scaling, as SGLang gives them.
+    pa.field("output_logprobs", pa.list_(pa.float32())),
+    pa.field("top_logprob_ids", TOKEN_IDS),
+    pa.field("top_logprobs", pa.list_(pa.float32())),
 ]
 SAMPLE_SCHEMA = _schema(_SAMPLE_FIELDS + _ADDED_FIELDS)
 QUARANTINE_SCHEMA = _schema(
@@ -90,6 +101,9 @@ ADDED_COLUMNS = frozenset(f.name for f in _ADDED_FIELDS)
 # columns whose values may be given as a mapping and are stored as JSON text (sorted keys)
 JSON_COLUMNS = frozenset({"sampling", "finish_detail"})
 TOKEN_COLUMNS = ("prompt_ids", "output_ids")
+LOGPROB_ID_COLUMNS = ("top_logprob_ids",)  # stored as the token ids are
+LOGPROB_COLUMNS = ("output_logprobs", "top_logprobs")  # float32
+LIST_COLUMNS = (*TOKEN_COLUMNS, *LOGPROB_ID_COLUMNS, *LOGPROB_COLUMNS)
 
 # Encoding (see the module docstring and docs/benchmarks.md).
 COMPRESSION = "zstd"
@@ -97,12 +111,17 @@ COMPRESSION_LEVEL = 9
 ROW_GROUP_BYTES = 128 * 2**20  # uncompressed Arrow bytes per row group (a 1,000-sample shard is one group)
 DATA_PAGE_BYTES = 8 * 2**20  # a page is one zstd frame: larger pages let zstd find more repeats
 TOKEN_ENCODING = "PLAIN"  # of the token columns' values, never dictionary encoded (raw ids compress better)
+LOGPROB_ENCODING = "BYTE_STREAM_SPLIT"  # of the float32 logprobs: their bytes split into streams zstd finds repeats in
 PLAIN_COLUMNS = frozenset({"sample_id"})  # unique per row: a dictionary would only add indices
 
 
 def _leaf(name: str) -> str:
     """The Parquet column path of a column's values (`output_ids.list.element` for a list)."""
-    return f"{name}.list.element" if name in TOKEN_COLUMNS else name
+    return f"{name}.list.element" if name in LIST_COLUMNS else name
+
+
+def _encoding(name: str) -> str:
+    return LOGPROB_ENCODING if name in LOGPROB_COLUMNS else TOKEN_ENCODING
 
 
 def samples_table(rows: Sequence[Mapping[str, Any]], quarantine: bool = False) -> pa.Table:
@@ -160,9 +179,9 @@ def shard_write_options(names: list[str], row_group_size: int) -> dict[str, Any]
     return {
         "compression": COMPRESSION,
         "compression_level": COMPRESSION_LEVEL,
-        "use_dictionary": [n for n in names if n not in PLAIN_COLUMNS and n not in TOKEN_COLUMNS],
-        "column_encoding": {_leaf(n): TOKEN_ENCODING for n in names if n in TOKEN_COLUMNS},
-        "write_statistics": [n for n in names if n not in TOKEN_COLUMNS],
+        "use_dictionary": [n for n in names if n not in PLAIN_COLUMNS and n not in LIST_COLUMNS],
+        "column_encoding": {_leaf(n): _encoding(n) for n in names if n in LIST_COLUMNS},
+        "write_statistics": [n for n in names if n not in LIST_COLUMNS],
         "row_group_size": row_group_size,
         "data_page_size": DATA_PAGE_BYTES,
     }

@@ -2,12 +2,13 @@
 
 Publishing gets a shard's samples in checkpoint order and writes them in plan order; a shuffled export stages
 training rows and writes them in the seed's order. Both hand `in_order` the staged file and each staged row's
-place in the output (a permutation, computed from ids and counts only). When the file is small it is read and
-put in order at once; otherwise its rows are distributed, batch by batch, into bucket files that each hold a
-run of consecutive output places of at most about `budget` bytes (cut by the rows' sizes in output order), and
-each bucket is read and put in order in turn. Memory: one staged batch, a bucket twice (read, and put in order),
-about 24 bytes per row (a file of more than MAX_BUCKETS budgets gets larger buckets). The file is
-read, not memory-mapped, so what was read does not stay resident.
+place in the output (a permutation, computed from ids and counts only); an export with a training mix hands
+`gather` the staged row of each output place, where a row may fill several places (its copies) or none. When
+the file is small it is read and put in order at once; otherwise its rows are distributed, batch by batch, into
+bucket files that each hold a run of consecutive output places of at most about `budget` bytes (cut by the rows'
+sizes in output order), and each bucket is read and put in order in turn. Memory: one staged batch, a bucket
+twice (read, and put in order), about 24 bytes per output row (a file of more than MAX_BUCKETS budgets gets larger
+buckets). The file is read, not memory-mapped, so what was read does not stay resident.
 """
 
 from __future__ import annotations
@@ -73,8 +74,27 @@ def in_order(
         return
     order = np.empty(n, dtype=np.int64)  # output place -> staged row
     order[place] = np.arange(n, dtype=np.int64)
+    yield from _gather(staging, order, budget, cuts, by_row=np.asarray(place, np.int64))
+
+
+def gather(staging: Path, source: np.ndarray, budget: int = BUDGET_BYTES) -> Iterator[pa.Table]:
+    """The rows of the IPC file `staging` as output place p takes staged row `source[p]` (a row may fill several
+    places, or none): `in_order` where rows repeat. Tables come in output order, one per bucket of about
+    `budget` bytes."""
+    if len(source) == 0:
+        return
+    source = np.asarray(source, np.int64)
+    yield from _gather(staging, source, budget, None, by_row=None)
+
+
+def _gather(
+    staging: Path, order: np.ndarray, budget: int, cuts: np.ndarray | None, by_row: np.ndarray | None
+) -> Iterator[pa.Table]:
+    """`order[p]` is the staged row of output place p; `by_row`, when each staged row has one place, that place
+    (saves sorting the places by row)."""
+    n = len(order)
     sizes = row_bytes(staging)
-    if (int(sizes.sum()) <= budget) if cuts is None else len(cuts) == 1:
+    if (int(sizes[order].sum()) <= budget) if cuts is None else len(cuts) == 1:
         with pa.OSFile(str(staging)) as source:
             table = pa.ipc.open_file(source).read_all()
         ordered = table.take(pa.array(order))
@@ -82,14 +102,18 @@ def in_order(
         yield ordered
         return
     if cuts is None:  # a bucket: consecutive places, about budget bytes
-        budget = max(budget, -(-int(sizes.sum()) // MAX_BUCKETS))
-        bucket_of_place = np.cumsum(sizes[order]) // max(budget, 1)
+        out_sizes = sizes[order]
+        budget = max(budget, -(-int(out_sizes.sum()) // MAX_BUCKETS))
+        bucket_of_place = np.cumsum(out_sizes) // max(budget, 1)
+        del out_sizes
     else:
         bucket_of_place = np.searchsorted(cuts, np.arange(n), side="right") - 1
-    del order
-    bucket = bucket_of_place[place]
-    del bucket_of_place
-    buckets = [staging.with_name(f"{staging.name}.bucket{k}") for k in range(int(bucket.max()) + 1)]
+    if by_row is None:  # output places grouped by their staged row, the rows ascending
+        places_by_row = np.argsort(order, kind="stable")
+        rows_sorted = order[places_by_row]
+    else:
+        places_by_row, rows_sorted = by_row, np.arange(n, dtype=np.int64)
+    buckets = [staging.with_name(f"{staging.name}.bucket{k}") for k in range(int(bucket_of_place.max()) + 1)]
     try:
         with pa.OSFile(str(staging)) as source:
             reader = pa.ipc.open_file(source)
@@ -99,17 +123,18 @@ def in_order(
             offset = 0
             for i in range(reader.num_record_batches):
                 batch = pa.Table.from_batches([reader.get_batch(i)])
-                rows = slice(offset, offset + batch.num_rows)
+                lo, hi = np.searchsorted(rows_sorted, [offset, offset + batch.num_rows])
+                places, rows = places_by_row[lo:hi], rows_sorted[lo:hi] - offset
                 offset += batch.num_rows
-                which, places = bucket[rows], place[rows]
+                which = bucket_of_place[places]
                 for k in np.unique(which).tolist():
                     mask = which == k
-                    part = batch.filter(pa.array(mask))
+                    part = batch.take(pa.array(rows[mask]))
                     writers[k].write_table(part.append_column(_PLACE, pa.array(places[mask], pa.int64())))
             for writer, out in zip(writers, sinks, strict=True):
                 writer.close()
                 out.close()
-        del bucket
+        del bucket_of_place, places_by_row, rows_sorted
         for path in buckets:
             with pa.OSFile(str(path)) as source:
                 part = pa.ipc.open_file(source).read_all()

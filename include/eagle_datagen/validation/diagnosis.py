@@ -48,6 +48,12 @@ class DiagnosisThresholds:
     empty_answer: float = 0.2
     runaway_thinking: float = 0.5
     repetition_loop: float = 0.2
+    # soft targets: a wrong shape or value is the server's (or a router's) doing, not the model's: a few are a
+    # sign, many a deployment that drops or mangles return_logprob
+    logprobs_missing: float = 0.01
+    logprobs_shape: float = 0.01
+    logprobs_invalid: float = 0.01
+    logprob_mismatch: float = 0.01
     # Below this many samples rates say little: only the zero-tolerance reasons (threshold 0.0) are judged.
     min_samples: int = 20
 
@@ -185,6 +191,25 @@ _MESSAGES: dict[str, Callable[[ModelProfile | None, str], tuple[str, str]]] = {
     "repetition_loop": lambda p, f: (
         "of samples end in a repetition loop",
         f"the model degenerates: {_sampling(p)}",
+    ),
+    "logprobs_missing": lambda p, f: (
+        "of answers have no top-k logprobs although they were asked for (logprobs_missing)",
+        "the server or a router between drops return_logprob and top_logprobs_num: send to SGLang's /generate "
+        f"directly, or set {_named('top_logprobs', f)} to 0",
+    ),
+    "logprobs_shape": lambda p, f: (
+        "of answers have logprobs that are not k per output token (logprobs_shape)",
+        "the server's logprobs do not follow its output_ids (an SGLang version or a proxy that cuts them): check "
+        "meta_info.output_top_logprobs of one answer, or upgrade SGLang",
+    ),
+    "logprobs_invalid": lambda p, f: (
+        "of answers have logprobs that are not numbers at most 0, or ids outside the vocabulary (logprobs_invalid)",
+        "the server returns another model's distributions or mangled numbers: check the model and the SGLang version",
+    ),
+    "logprob_mismatch": lambda p, f: (
+        "of answers give the sampled token another logprob than its top-k entry (logprob_mismatch)",
+        "the sampled and top-k logprobs come from different distributions (a proxy mixing answers, or an SGLang bug): "
+        "check one answer's output_token_logprobs against output_top_logprobs",
     ),
 }
 

@@ -17,6 +17,8 @@ import numpy as np
 
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.profile import ModelProfile
+from eagle_datagen.validation.logprobs import REASONS as LOGPROB_REASONS
+from eagle_datagen.validation.logprobs import check_logprobs
 
 # Reason codes, in the order `validate_sample` checks them: code -> one-line description.
 REASONS: dict[str, str] = {
@@ -38,6 +40,7 @@ REASONS: dict[str, str] = {
     "empty_answer": "no token between think_end and the final EOS",
     "runaway_thinking": "the reasoning (tokens before think_end) is longer than max_reasoning_tokens",
     "repetition_loop": "the output ends in one n-gram repeated back to back (a degenerate loop)",
+    **LOGPROB_REASONS,  # soft targets asked for (top_logprobs_num > 0): validation/logprobs.py
 }
 
 # Added/special tokens are written as tags: <think>, <|im_end|>, <｜Assistant｜>, [BOS].
@@ -171,7 +174,8 @@ def validate_sample(
 
     `row` has the generated-row columns: prompt_ids, output_ids, finish_reason (the type, or SGLang's
     finish_reason mapping), completion_tokens, prompt_tokens, error. A missing or None prompt_tokens /
-    completion_tokens is not checked.
+    completion_tokens is not checked. With `top_logprobs_num` k > 0, its `logprobs` (inference/logprobs.py's
+    compact form) are checked last (validation/logprobs.py).
     """
     error = row.get("error")
     if error:
@@ -255,7 +259,7 @@ def validate_sample(
         gram = output[len(output) - 1 - n : len(output) - 1].tolist()
         shown = str(gram) if n <= 8 else f"{str(gram[:8])[:-1]}, ...]"
         return "repetition_loop", f"the output ends in a {n}-gram {shown} repeated {repeats} times before the EOS"
-    return None
+    return check_logprobs(row, output, profile.vocab_size)
 
 
 def _count(ids: Any) -> int | str:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eagle_datagen.inference.logprobs import LOGPROBS_KEY
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.validation.rules import DEFAULT_LIMITS, ValidationLimits, validate_sample
 
@@ -42,9 +43,11 @@ def judge_answer(
     meta_info: dict[str, Any],
     profile: ModelProfile,
     limits: ValidationLimits = DEFAULT_LIMITS,
+    top_logprobs: int = 0,
 ) -> Verdict:
     """The verdict of `validate_sample` on an answer, with the token counts the server reported (the same
-    row that publishing validates, so an answer judged here is judged the same there)."""
+    row that publishing validates, so an answer judged here is judged the same there); `top_logprobs`: the k the
+    request asked for (its logprobs are checked too)."""
     finish = meta_info.get("finish_reason") or {}
     row = {
         "prompt_ids": prompt_ids,
@@ -52,6 +55,8 @@ def judge_answer(
         "finish_reason": finish.get("type", "abort") if isinstance(finish, dict) else finish,
         "completion_tokens": meta_info.get("completion_tokens"),
         "prompt_tokens": meta_info.get("prompt_tokens"),
+        "top_logprobs_num": top_logprobs,
+        "logprobs": meta_info.get(LOGPROBS_KEY),
     }
     found = validate_sample(row, profile, limits)
     return VALID if found is None else Verdict(*found)

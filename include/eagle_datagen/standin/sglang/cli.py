@@ -29,6 +29,7 @@ FAULT_FLAGS = {
     "does not count it), as when a request is lost inside a server",
     "prompt_tokens": "report a prompt_tokens that disagrees with the ids sent, as a server or proxy that "
     "re-tokenized the prompt with another tokenizer would",
+    "logprobs_shape": "with return_logprob: output_top_logprobs one position short of output_ids",
 }
 
 

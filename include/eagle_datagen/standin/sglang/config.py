@@ -28,6 +28,8 @@ class FaultRates:
     # the request is accepted and never answered: the connection stays open, /health stays 200, and the server's
     # own load (/v1/loads) does not count it, as when a request is lost inside a server
     lose: float = 0.0
+    # return_logprob: the answer's output_top_logprobs is one position short of its output_ids (logprobs.py)
+    logprobs_shape: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in self.to_dict().items():

@@ -30,7 +30,8 @@ from eagle_datagen.standin.sglang.faults import (
     apply_output_faults,
     reported_prompt_tokens,
 )
-from eagle_datagen.standin.sglang.outputs import Generation
+from eagle_datagen.standin.sglang.logprobs import logprob_fields
+from eagle_datagen.standin.sglang.outputs import Generation, output_seed
 from eagle_datagen.standin.sglang.protocol import (
     BadRequest,
     GenerateItem,
@@ -224,7 +225,7 @@ async def run_item(
         now = time.monotonic()
         wall = time.time() - now  # monotonic -> wall-clock seconds, as meta_info reports them
         timing = Timing(arrived + wall, phases["started"] + wall, phases["prefilled"] + wall, now + wall)
-        return response_object(
+        answer = response_object(
             text=state.text(output_ids, sampling.skip_special_tokens),
             output_ids=output_ids,
             rid=item.rid,
@@ -235,6 +236,12 @@ async def run_item(
             cached_tokens=cached,
             weight_version=cfg.weight_version,
         )
+        if item.logprobs is not None:  # return_logprob: SGLang's logprob keys in meta_info (logprobs.py)
+            seed = output_seed(item.prompt_ids, sampling.sampling_seed, item.sample_index)
+            text = (lambda i: state.text([i], False)) if state.codec is not None else None
+            short = faults.logprobs_shape and finish is not None
+            answer["meta_info"] |= logprob_fields(state.outputs, output_ids, item.logprobs, seed, short, text)
+        return answer
 
     if faults.abort:
         return result([], dict(ABORT_FINISH_REASON), 0)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle_datagen.standin.sglang.config import SimConfig
+from eagle_datagen.standin.sglang.logprobs import LogprobRequest
 
 # SGLang 0.5.23's sampling_params schema, in its order (the order its "unknown field" message lists them).
 SAMPLING_KEY_ORDER = (
@@ -87,6 +88,7 @@ class GenerateItem:
     sampling: Sampling
     rid: str
     sample_index: int  # which of the n samples of its prompt
+    logprobs: LogprobRequest | None = None  # return_logprob: the answer's meta_info carries them (logprobs.py)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,7 @@ def parse_generate(body: Any, config: SimConfig, encode: Callable[[str], list[in
     for raw in params if isinstance(params, list) else [params]:
         if isinstance(raw, dict):
             check_sampling_schema(raw)
+    logprobs = _logprob_request(body)
     prompts, single = _prompts(body, encode)
     if isinstance(params, dict):
         per_prompt = [params] * len(prompts)
@@ -150,8 +153,26 @@ def parse_generate(body: Any, config: SimConfig, encode: Callable[[str], list[in
         for j in range(n):
             # SGLang gives each of n samples a fresh rid
             rid = rids[p] if n == 1 else uuid.uuid4().hex
-            items.append(GenerateItem(len(items), ids, sampling, rid, j))
+            items.append(GenerateItem(len(items), ids, sampling, rid, j, logprobs))
     return GenerateRequest(items, single, stream)
+
+
+def _logprob_request(body: dict[str, Any]) -> LogprobRequest | None:
+    """`return_logprob` with `top_logprobs_num`, `return_text_in_logprobs` and `logprob_start_len` (one value for
+    the whole body: the stand-in does not take SGLang's per-prompt lists of them)."""
+    asked = body.get("return_logprob")
+    if asked is None or asked is False:
+        return None
+    if not isinstance(asked, bool):
+        raise InvalidBody(f"return_logprob: Input should be a valid boolean, got {asked!r}")
+    k = body.get("top_logprobs_num") or 0
+    if not is_int(k) or k < 0:
+        raise InvalidBody(f"top_logprobs_num: Input should be a valid integer, got {k!r}")
+    start = body.get("logprob_start_len")
+    start = -1 if start is None else start
+    if not is_int(start):
+        raise InvalidBody(f"logprob_start_len: Input should be a valid integer, got {start!r}")
+    return LogprobRequest(k, body.get("return_text_in_logprobs") is True, start)
 
 
 def _prompts(body: dict, encode: Callable[[str], list[int]] | None) -> tuple[list[list[int]], bool]:

@@ -195,6 +195,7 @@ def export_release(release: dict[str, Any], params: Mapping[str, Any]) -> list[d
                 release_id=release["release_id"],
                 limit=SeqLimit(params["export_max_seq_len"]),
                 command=f"release DAG export of {release['release_id']} as {fmt}",
+                front_end="airflow",
             )
             try:
                 result = export_into_root(root, options)

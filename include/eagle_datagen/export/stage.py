@@ -52,6 +52,7 @@ class ExportOptions:
     draft_vocab_size: int | None = None  # None: the run's or release's draft vocabulary
     command: str = ""  # the command line, for the README
     location: str | None = None  # where the trainer finds the export, when not at `to` (uploaded exports)
+    front_end: str = "cli"  # messages name the sequence limit as this front end calls it
 
 
 @dataclass
@@ -218,6 +219,8 @@ def _write(
     finally:
         if sample_ids is not None:
             sample_ids.close()
+    if not counts.rows_exported:  # an empty export is no training data: never a success
+        raise ConfigError(_nothing_exported(source, counts, options.front_end))
     vocab, vocab_from = _draft_vocab(options, source, published, counter)
     files = writer.finish(vocab) if writer_cls.folder else [target.name, *writer.finish(vocab)]
     if sample_ids is not None:
@@ -231,6 +234,18 @@ def _write(
     elif options.to != "-":
         write_info(target.with_name(target.name + ".export_info.yaml"), info)
     return ExportSummary(options.format, options.to, counts.rows_exported, counts.to_json(), files, vocab and vocab.k)
+
+
+def _nothing_exported(source: ExportSource, counts: RowCounts, front_end: str) -> str:
+    what = f"{source.kind} {source.id}"
+    if not counts.rows_read:
+        return f"nothing exported: {what} has no data rows (every sample was quarantined?)"
+    limit = "--max-seq-len" if front_end == "cli" else "the export_max_seq_len param"
+    return (
+        f"nothing exported: every one of the {counts.rows_read:,} data rows of {what} was dropped by the sequence "
+        f"limit ({counts.rows_dropped_unsupervised:,} whose prompt alone fills it, {counts.rows_dropped_overlong:,} "
+        f"longer than it with overlong drop): raise {limit}"
+    )
 
 
 def _draft_vocab(

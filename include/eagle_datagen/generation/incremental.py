@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from eagle_datagen.errors import DataGenError
+from eagle_datagen.errors import DataGenError, RunUnfinished
 from eagle_datagen.generation.claims import Claim, claimed_sample_ids, write_claim
 from eagle_datagen.generation.plan import CategorySettings, PlannedCategory
 from eagle_datagen.generation.plan_lock import PlanLock, PlanLockPolicy
@@ -45,9 +45,9 @@ class NothingToDo(DataGenError):
         return {"published": self.published, "claimed_by": self.holders}
 
 
-class ClaimedElsewhere(DataGenError):
+class ClaimedElsewhere(RunUnfinished):
     """A run's every unpublished sample is claimed by other runs: it generated and published nothing, and must
-    not end as a success (the message is NothingToDo's, naming the holders)."""
+    not end as a success (the message is NothingToDo's, naming the holders and when to rerun)."""
 
 
 def _when(t: float) -> str:

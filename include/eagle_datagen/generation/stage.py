@@ -151,9 +151,21 @@ class RunSummary:
     servers: list[dict[str, Any]]
     elapsed_s: float
     endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)  # answers, faults, ejection per endpoint
+    incomplete: list[str] = field(default_factory=list)  # shards found incomplete when published, with why
+    nothing_new: str | None = None  # an incremental run that found every sample published: the line saying so
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def not_published(self) -> str | None:
+        """Why the run ended without its data published, in one line with how to finish it; None when it is
+        published, or when an incremental run found nothing new (all of it published)."""
+        if self.published is not None or self.nothing_new is not None:
+            return None
+        missing = [f"{self.pending:,} samples ran out of retries"] if self.pending else []
+        missing += self.incomplete
+        what = "; ".join(missing) or "no manifest was written"
+        return f"run {self.run_id} is not published: {what}: {settings.resume_hint('cli', self.run_id)} to finish it"
 
 
 def new_run_id() -> str:

@@ -337,8 +337,8 @@ def finalize_step(config: RunConfig | dict[str, Any] | RunContext) -> dict[str, 
     """Diagnosis, statistics, draft vocabulary, report and the manifest, written last."""
     ctx = RunContext.of(config)
     plan = ctx.plan()
-    if plan is None:
-        return {"run_id": ctx.run_id, "published": False, "reason": "nothing planned"}
+    if plan is None:  # never a green end: nothing was published
+        raise ConfigError(f"run {ctx.run_id} has no plan under {ctx.root().uri}: nothing to publish (plan it first)")
     profile = ctx._setup.profile if ctx._setup is not None else load_profile(plan.profile)
     summary = finalize_run(ctx.root(), plan, profile, ctx.resolved_options().publish)
     return {"run_id": ctx.run_id, "published": True} | dataclasses.asdict(summary)
@@ -380,7 +380,10 @@ def run_generation(options: RunOptions) -> RunSummary:
     if not planned["shards"]:  # an incremental run that found nothing new: all of it is published
         elapsed = round(time.monotonic() - started, 2)
         provenance = [s.provenance() for s in infos]
-        return RunSummary(run_id, ctx.root().uri, 0, 0, 0, 0, 0, {}, {}, 0, None, provenance, elapsed)
+        nothing_new = f"{planned['reason']} ({ctx.root().uri}): nothing new to generate"
+        return RunSummary(
+            run_id, ctx.root().uri, 0, 0, 0, 0, 0, {}, {}, 0, None, provenance, elapsed, nothing_new=nothing_new
+        )
     generated = generate_step(ctx, servers, planned["shards"])
     published = None
     if not generated["pending"] and not generated["incomplete"]:
@@ -401,4 +404,5 @@ def run_generation(options: RunOptions) -> RunSummary:
         servers=[s.provenance() for s in infos],
         elapsed_s=round(time.monotonic() - started, 2),
         endpoints=generated["endpoints"],
+        incomplete=generated["incomplete"],
     )

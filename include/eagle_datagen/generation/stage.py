@@ -38,9 +38,8 @@ from eagle_datagen.generation.checkpoint import (
     load_checkpoint_indexes,
     should_checkpoint,
 )
-from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, heartbeat_interval_s
+from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, HolderCheck
 from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
-from eagle_datagen.generation.heartbeat import heartbeat
 from eagle_datagen.generation.incremental import claim_samples, read_catalog, skip_published
 from eagle_datagen.generation.plan import (
     CategorySettings,
@@ -407,7 +406,6 @@ async def generate_pending(
                 pool, options.retry, screen=screen, vocab_size=vocab_size, liveness=options.liveness
             ) as client,
             CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
-            heartbeat(root, plan.run_id, heartbeat_interval_s(options.claim_ttl_s)),  # its claims' sign of life
         ):
             opened.append(client)
             progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
@@ -470,9 +468,11 @@ def prepare_plan(
     provenance: dict[str, Any],
     weight_version: str | None = None,
     existing: RunPlan | None | Unread = UNREAD,
+    holders: HolderCheck | None = None,
 ) -> RunPlan:
     """Load the run's plan, or source, tokenize, claim the samples (incremental.py) and write it. A rerun
-    never re-sources. `existing` is the plan the caller already read (None: there is none)."""
+    never re-sources. `existing` is the plan the caller already read (None: there is none); `holders` is the
+    orchestrator's word on whether the runs holding claims still run (takeover.py)."""
     if existing is UNREAD:
         existing = load_plan(root, run_id)
     if existing is not None:
@@ -507,6 +507,7 @@ def prepare_plan(
             tokenizer=provenance,
             catalog=catalog,
             front_end=options.front_end,
+            check=holders,
         )
 
     return source_and_plan(

@@ -43,10 +43,10 @@ def handle(args: argparse.Namespace) -> int:
 
     summary = run_tokenize(tokenize_options(args))
     print(format_tokenize_summary(summary.to_json()))
-    if not summary.prompts:  # nothing written is no success: `run` refuses the same sources
+    if not summary.records_read:  # empty sources are no success (`run` refuses them too); rejects are output
         print(
-            f"eagle-datagen: error: no prompts left after validation ({summary.records_read:,} records read): "
-            "nothing tokenized; check the sources and --categories",
+            "eagle-datagen: error: the sources hold no prompt record: nothing tokenized; check the sources and "
+            "--categories",
             file=sys.stderr,
         )
         return 1

@@ -1,5 +1,5 @@
-"""A run's process heartbeats: each process that works for a run (the command line's whole run, an Airflow shard
-task from its start to its last shard published) rewrites `claims/run=<id>.heartbeat.<process>` at a fixed
+"""A run's process heartbeats: each process that works for a run (the command line from its plan to its end, an
+Airflow shard task from its start to its last shard published) rewrites `claims/run=<id>.heartbeat.<process>` at a fixed
 interval for as long as it works, and marks it stopped when it ends, however it ends (an exception, a signal that
 Python turns into one). Incremental runs judge the holder of a claim alive by these (claims.py), not by how often
 it checkpoints (a shard of 32k-token answers can go many minutes without a checkpoint), and an orchestrator whose

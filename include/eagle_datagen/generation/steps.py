@@ -167,7 +167,7 @@ class RunContext:
     @contextlib.contextmanager
     def heartbeat(self, by: str) -> Iterator[None]:
         """This process's heartbeat for the run while the block runs (heartbeat.py): its claims' sign of life,
-        once per process (the command line beats for its whole run, each step inside it beats with it)."""
+        once per process (the command line beats from its plan to its end, each step inside it beats with it)."""
         if self._beating or not self.options.claim:
             yield
             return

@@ -279,3 +279,11 @@ def test_max_rates_repeat():
     args = ["run", "--prompts", "x", "--tokenizer", "t", "--sglang-url", "http://a", "--output", "o"]
     parsed = build_parser().parse_args([*args, "--max-rate", "prompt_echo=0.05", "--max-rate", "no_eos=0"])
     assert dict(parsed.max_rate) == {"prompt_echo": 0.05, "no_eos": 0.0}
+
+
+def test_tokenize_of_sources_without_a_record_is_no_success(tmp_path):
+    """Nothing read is nothing tokenized: exit 1 in one line (`run` refuses the same sources)."""
+    (tmp_path / "empty.jsonl").write_text("")
+    args = ["--tokenizer", "standin:kimi-k2.5", "--trust-remote-code", "--output", str(tmp_path / "out")]
+    result = cli("tokenize", "--prompts", str(tmp_path / "empty.jsonl"), *args)
+    assert_one_line_error(result, "the sources hold no prompt record: nothing tokenized")

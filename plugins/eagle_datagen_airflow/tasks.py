@@ -48,37 +48,37 @@ def plan(
     servers: list[dict[str, Any]],
     params: Mapping[str, Any],
     dag_run: Any = None,
-    dagrun_state: Callable[[str, str], str] | None = None,
+    holders: Callable[..., Any] | None = None,
     ti: Any = None,
     waiting_since: datetime | None = None,
 ) -> list[int]:
     """Source, tokenize and plan (or load the plan of an earlier try); returns the shards to generate.
 
-    A run whose unpublished samples are all claimed by other runs never ends green and empty (claim_owners.py
-    says how): the claims of a holder whose DAG run is no longer running are released at once and the run plans
-    again (takes them over); while a holder is live and running the task waits (rescheduled, no slot held), for
-    at most the claim TTL, then fails naming it; a silent one (no heartbeat for minutes, its claim not yet
-    expired: probably a killed run) fails this task at once with the holders, when each last showed life and
-    when its claim expires. `ti` (the task instance) says since when it has been waiting (`waiting_since`)."""
-    from eagle_datagen.generation.incremental import describe_holders
+    The samples of other runs' claims (claim_owners.py says how): a holder that has ended (its DAG run over, no
+    task or process of it left) is taken over by the plan step, at once and whatever else this run plans; one that
+    still runs keeps them however long it has been quiet. A run whose unpublished samples are all held never ends
+    green and empty: while a holder still runs the task waits (rescheduled, no slot held), for at most the claim
+    TTL, then fails naming it; a silent one (no sign of life for minutes and no DAG run to ask: probably a killed
+    command-line run) fails this task at once with the holders, when each last showed life and when its claim
+    expires. `holders` is the check (AirflowHolders by default), `ti` (the task instance) says since when it has
+    been waiting (`waiting_since`)."""
     from eagle_datagen.generation.steps import plan_step, withdraw_step
     from eagle_datagen_airflow import claim_owners
 
-    state_of = dagrun_state or claim_owners.airflow_dagrun_state
+    check = holders or claim_owners.AirflowHolders()
     if ti is not None and waiting_since is None:
         from airflow.sdk import get_current_context
 
         waiting_since = ti.get_first_reschedule_date(get_current_context())
     run_id, ttl_s = config["run_id"], config["claim_ttl_s"]
     with object_store(params["aws_conn_id"]):
-        held = claim_owners.still_waiting_for(config, servers, state_of) if waiting_since is not None else None
+        held = claim_owners.still_waiting_for(config, servers, check) if waiting_since is not None else None
         if held:  # nothing changed since the last look: no need to plan again
+            from eagle_datagen.generation.incremental import describe_holders
+
             reason = f"run {run_id}: nothing to generate, its samples are held: {describe_holders(held)}"
             claim_owners.wait_or_fail(reason, waiting_since, ttl_s)
-        planned = plan_step(config, servers)
-        if not planned["shards"] and planned.get("claimed_by") and not params["dry_run"]:
-            if claim_owners.release_ended_owners(config["output"], planned["claimed_by"], run_id, state_of):
-                planned = plan_step(config, servers)
+        planned = plan_step(config, servers, None if params["dry_run"] else check)
         shards = planned["shards"]
         try:
             check_mappable(len(shards), planned["samples"], config["shard_size"])
@@ -87,16 +87,16 @@ def plan(
             raise
         if shards and dag_run is not None and not params["dry_run"]:
             claim_owners.note_owner(config["output"], run_id, dag_run)  # who to ask whether this run has ended
-        holders = planned.get("claimed_by") or {}
+        holding = planned.get("claimed_by") or {}
         if params["dry_run"]:
             log.info("dry run: %d samples in %d shard(s) planned, nothing generated", planned["samples"], len(shards))
             return []
-        if not shards and holders:
-            if any(not h.get("live", True) for h in holders.values()):
+        if not shards and holding:
+            if any(not h.get("live", True) for h in holding.values()):
                 raise AirflowFailException(
                     planned["reason"] + "; or mark the holding DAG run's task instances failed to release its claims"
                 )
-            claim_owners.note_waiting(config["output"], run_id, holders)  # what the next look checks, cheaply
+            claim_owners.note_waiting(config["output"], run_id, holding)  # what the next look checks, cheaply
             claim_owners.wait_or_fail(planned["reason"], waiting_since, ttl_s)
         if waiting_since is not None:
             claim_owners.stop_waiting(config["output"], run_id)
@@ -204,6 +204,7 @@ def export_release(release: dict[str, Any], params: Mapping[str, Any], recipe: A
                     limit=SeqLimit(params["export_max_seq_len"]),
                     command=f"release DAG export of {release['release_id']} as {fmt}, mix {name}",
                     mix=mix,
+                    front_end="airflow",
                 )
                 try:
                     result = export_into_root(root, options)

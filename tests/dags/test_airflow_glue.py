@@ -279,15 +279,15 @@ def test_near_duplicate_threshold_reaches_the_form_and_the_run(tmp_path):
     assert config.options().prompts.near_duplicate_threshold == 0.8
 
 
-def test_a_plan_held_by_another_dag_run_waits_while_it_is_live_fails_when_silent_takes_over_when_it_ended(
+def test_a_plan_held_by_another_dag_run_waits_while_it_runs_and_takes_over_once_no_task_or_process_of_it_runs(
     tmp_path, monkeypatch
 ):
-    """Never green and empty: while a holder is live and its DAG run running (a backfill's other run, or one
-    killed moments ago that Airflow has not noticed) the plan task waits, rescheduled, and looks again without
-    planning; after the claim TTL it fails naming it; a silent holder (no heartbeat for minutes) fails the plan
-    task at once, naming it, its last sign of life and its expiry; once its DAG run is no longer running (its
-    task instances marked failed) the plan task releases its claims and takes the samples over, and the run
-    that held them, resumed afterwards, generates nothing."""
+    """Never green and empty: while a holder's DAG run runs (a backfill's other run, or one killed moments ago that
+    Airflow has not noticed), or any task of it may still run, or a process of it still beats (a task marked failed,
+    its process not stopped yet), the plan task waits, rescheduled, and looks again without planning, however
+    quiet the holder has been; after the claim TTL it fails naming it. A silent holder with no DAG run to ask fails
+    the plan task at once, naming it, its last sign of life and its expiry. Once its DAG run has ended and nothing
+    of it runs, the plan task takes the samples over, and the run that held them, resumed, generates nothing."""
     import os
     import time
     from datetime import UTC, datetime
@@ -296,10 +296,11 @@ def test_a_plan_held_by_another_dag_run_waits_while_it_is_live_fails_when_silent
     from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
 
     from eagle_datagen.errors import DataGenError
+    from eagle_datagen.generation.heartbeat import write_heartbeat
     from eagle_datagen.generation.steps import generate_step, plan_step
     from eagle_datagen.storage.output_root import LocalOutputRoot
     from eagle_datagen_airflow import claim_owners, tasks
-    from eagle_datagen_airflow.claim_owners import owner_key, waiting_key
+    from eagle_datagen_airflow.claim_owners import AirflowHolders, owner_key, waiting_key
 
     from conftest import write_jsonl
 
@@ -325,15 +326,17 @@ def test_a_plan_held_by_another_dag_run_waits_while_it_is_live_fails_when_silent
             incremental=True,
         ).to_dict()
 
+    # the DAG runs' and task instances' states, as Airflow's execution API would tell them
     states: dict[tuple[str, str], str] = {}
-    state_of = lambda d, r: states[(d, r)]  # noqa: E731 - the DAG runs' states, as Airflow would tell them
+    task_states: dict[tuple[str, str], dict[str, str]] = {}
+    airflow = AirflowHolders(lambda d, r: states[(d, r)], lambda d, r: task_states.get((d, r), {}))
     killed = SimpleNamespace(dag_id="eagle_datagen__chat", run_id="scheduled__killed")
-    assert tasks.plan(config("chat-killed"), servers, params, killed, state_of) == [0, 1, 2]
+    assert tasks.plan(config("chat-killed"), servers, params, killed, airflow) == [0, 1, 2]
     assert owner_key("chat-killed") in root.list("claims/")  # who to ask whether it has ended
 
-    states[(killed.dag_id, killed.run_id)] = "running"  # killed moments ago: live, and Airflow has not noticed
+    states[(killed.dag_id, killed.run_id)] = "running"  # killed moments ago: Airflow has not noticed
     with pytest.raises(AirflowRescheduleException) as waited:
-        tasks.plan(config("chat-next"), servers, params, None, state_of)
+        tasks.plan(config("chat-next"), servers, params, None, airflow)
     assert waited.value.reschedule_date.timestamp() > time.time()  # looks again later, no slot held meanwhile
     assert waiting_key("chat-next") in root.list("claims/")  # the holders it waits for
     started = datetime.now(UTC)
@@ -341,40 +344,60 @@ def test_a_plan_held_by_another_dag_run_waits_while_it_is_live_fails_when_silent
     with monkeypatch.context() as mp:  # nothing changed: it waits again, without planning (no tokenizing)
         mp.setattr("eagle_datagen.generation.steps.plan_step", lambda *a: planned.append(a) or plan_step(*a))
         with pytest.raises(AirflowRescheduleException):
-            tasks.plan(config("chat-next"), servers, params, None, state_of, waiting_since=started)
+            tasks.plan(config("chat-next"), servers, params, None, airflow, waiting_since=started)
+        stamp = time.time() - 2 * 3600  # quiet for twice the claim TTL: shards waiting in a full pool ...
+        for key in root.list():
+            if "run=chat-killed" in key:
+                os.utime(root.location(key), (stamp, stamp))
+        with pytest.raises(AirflowRescheduleException):  # ... its DAG run still runs: its claims hold
+            tasks.plan(config("chat-next"), servers, params, None, airflow, waiting_since=started)
         long_ago = datetime.fromtimestamp(time.time() - 7200, UTC)  # waited longer than the claim TTL (an hour)
         with pytest.raises(AirflowFailException) as gave_up:
-            tasks.plan(config("chat-next"), servers, params, None, state_of, waiting_since=long_ago)
+            tasks.plan(config("chat-next"), servers, params, None, airflow, waiting_since=long_ago)
     assert planned == []
     message = str(gave_up.value)
-    assert "run chat-killed holds 3 samples (last showed life" in message and ", live; its claim expires" in message
+    assert "run chat-killed holds 3 samples (last showed life" in message
+    assert "still running: its DAG run scheduled__killed of eagle_datagen__chat is running" in message
     assert "waited 120 min for the holding runs, which are still live: this run published nothing" in message
     assert "\n" not in message
     assert not [k for k in root.list() if "run=chat-next/" in k or k.startswith("manifests/")]  # nothing made
 
-    stamp = time.time() - 600  # ten minutes without a sign of life: silent, its claim not yet expired
-    for key in root.list():
-        if "run=chat-killed" in key:
-            os.utime(root.location(key), (stamp, stamp))
-    with pytest.raises(AirflowFailException) as failed:  # the wait's next look sees it silent: plans, fails
-        tasks.plan(config("chat-next"), servers, params, None, state_of, waiting_since=started)
-    message = str(failed.value)
-    assert "run chat-killed holds 3 samples (last showed life" in message and "silent; its claim expires" in message
-    assert "rerun after" in message and "mark the holding DAG run's task instances failed" in message
-    assert "\n" not in message
-
-    states[(killed.dag_id, killed.run_id)] = "failed"  # its task instances marked failed: the DAG run ended
-    assert tasks.plan(config("chat-next3"), servers, params, None, state_of) == [0, 1, 2]
+    # marked failed, but not every task of it has ended (a shard backing off before its retry): still waited for
+    states[(killed.dag_id, killed.run_id)] = "failed"
+    task_states[(killed.dag_id, killed.run_id)] = {"plan": "success", "generate_shard_0": "up_for_retry"}
+    with pytest.raises(AirflowRescheduleException):
+        tasks.plan(config("chat-next2"), servers, params, None, airflow)
+    # every task ended, but a process of it still beats (marked failed, its worker not stopped yet): waited for
+    task_states[(killed.dag_id, killed.run_id)] = {"plan": "success", "generate_shard_0": "failed"}
+    write_heartbeat(root, "chat-killed", "p1", by="shard 0")
+    with pytest.raises(AirflowRescheduleException):
+        tasks.plan(config("chat-next2"), servers, params, None, airflow, waiting_since=started)
+    assert root.list(owner_key("chat-killed"))  # nothing taken over
+    write_heartbeat(root, "chat-killed", "p1", by="shard 0", stopped=True)  # the process ended
+    assert tasks.plan(config("chat-next2"), servers, params, None, airflow, waiting_since=started) == [0, 1, 2]
     assert [k for k in root.list("claims/") if "chat-killed" in k] == ["claims/taken-over/run=chat-killed.json"]
 
-    # the dead run, cleared and resumed: its claim is gone, so it generates nothing (chat-next3's samples now)
+    # the dead run, cleared and resumed: its claim is gone, so it generates nothing (chat-next2's samples now)
     with pytest.raises(DataGenError) as resumed:
         generate_step(config("chat-killed"), servers, [0])
     message = str(resumed.value)
-    assert "run chat-killed generates nothing: run chat-next3 took its samples over" in message
+    assert "run chat-killed generates nothing: run chat-next2 took its samples over" in message
     assert "DAG run scheduled__killed of eagle_datagen__chat had ended: failed" in message and "\n" not in message
     assert not root.list("checkpoints/run=chat-killed/shard=")  # nothing generated
+
+    # a silent holder with no DAG run to ask (a command-line run killed minutes ago): fails at once, naming it
+    root.delete(owner_key("chat-next2"))
+    stamp = time.time() - 600
+    for key in root.list():
+        if "run=chat-next2" in key:
+            os.utime(root.location(key), (stamp, stamp))
+    with pytest.raises(AirflowFailException) as failed:
+        tasks.plan(config("chat-next3"), servers, params, None, airflow)
+    message = str(failed.value)
+    assert "run chat-next2 holds 3 samples (last showed life" in message and "silent; its claim expires" in message
+    assert "rerun after" in message and "\n" not in message
     assert claim_owners.RUNNING == ("queued", "running")
+    assert "scheduled" in claim_owners.LIVE_TASK_STATES and "up_for_retry" in claim_owners.LIVE_TASK_STATES
 
 
 def test_a_remote_code_tokenizer_without_trust_remote_code_fails_the_preflight_task_in_one_line(

@@ -568,3 +568,37 @@ def test_a_changed_rerun_is_told_how_to_start_anew_in_the_running_front_ends_wor
             check_plan_matches(planned, wanted, front_end)
         with pytest.raises(ConfigError, match=says.split(", or ")[1]):
             check_same_tokenizer("r", {"chat_template_sha256": "a"}, {"chat_template_sha256": "b"}, "run", front_end)
+
+
+def test_a_collision_and_an_empty_plan_name_the_way_out_as_the_running_front_end_does(tmp_path):
+    """Messages an Airflow task can show: a run's commit that meets other content, and a plan with no prompt left."""
+    from eagle_datagen.errors import DataGenError
+    from eagle_datagen.generation.steps import plan_step
+    from eagle_datagen.storage.objects import ObjectCollision, put_once
+    from eagle_datagen.storage.output_root import LocalOutputRoot
+
+    root = LocalOutputRoot(str(tmp_path / "out"))
+    put_once(root, "data/x.parquet", b"one")
+    with pytest.raises(ObjectCollision) as collided:
+        put_once(root, "data/x.parquet", b"two")
+    assert "--" not in str(collided.value)  # the store's own words name no front end's setting
+    assert str(collided.value.for_run("cli")).endswith("or start a new --run-id")
+    airflow = str(collided.value.for_run("airflow"))
+    assert airflow.endswith("or trigger a new DAG run") and "--" not in airflow
+
+    (tmp_path / "empty.jsonl").write_text("")
+    server = {"url": "http://127.0.0.1:9", "model_path": "moonshotai/Kimi-K2.5", "weight_version": None}
+    servers = [server | {"version": None, "max_running_requests": None}]
+    for front_end, says in (("cli", "check the sources and --categories"), ("airflow", "the recipe's categories")):
+        config = RunConfig(
+            output=str(tmp_path / front_end),
+            tokenizer="standin:kimi-k2.5",
+            trust_remote_code=True,
+            sglang_urls=[server["url"]],
+            run_id="r",
+            prompts=[str(tmp_path / "empty.jsonl")],
+            front_end=front_end,
+        )
+        with pytest.raises(DataGenError, match="no prompts left to generate") as refused:
+            plan_step(config.to_dict(), servers)
+        assert str(refused.value).endswith(says) and (front_end == "cli" or "--" not in str(refused.value))

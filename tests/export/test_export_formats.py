@@ -153,6 +153,20 @@ def test_max_seq_len_cuts_or_drops_as_the_trainers_do_and_counts_it(tmp_path, pu
     assert drop.counts["rows_dropped_overlong"] == longer and drop.counts["rows_cut"] == 0
 
 
+def test_an_export_that_keeps_no_row_fails_naming_the_limit_as_the_front_end_calls_it(tmp_path, published, capsys):
+    """An empty export is no training data: never exit 0 (nor a green export task in the release DAG)."""
+    root, _, _ = published
+    base = ["export", "--output", str(root.path), "--run-id", "r1", "--format", "jsonl", "--max-seq-len", "2"]
+    assert main([*base, "--to", str(tmp_path / "none.jsonl"), "--overlong", "drop"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert "nothing exported: every one of the 18 data rows of run r1 was dropped by the sequence limit" in line
+    assert line.endswith("raise --max-seq-len") and not (tmp_path / "none.jsonl").exists()
+    airflow = ExportOptions("jsonl", str(tmp_path / "a.jsonl"), "r1", limit=SeqLimit(2, "drop"), front_end="airflow")
+    with pytest.raises(ConfigError) as refused:
+        run_export(root, airflow)
+    assert str(refused.value).endswith("raise the export_max_seq_len param") and "--" not in str(refused.value)
+
+
 @pytest.mark.parametrize("fmt", ["speculators", "torchspec"])
 def test_shuffle_is_prepare_datas_order_and_the_index_follows(tmp_path, published, fmt):
     root, samples, _ = published

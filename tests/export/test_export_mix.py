@@ -102,8 +102,8 @@ def test_the_mode_filter_reads_the_mode_column_and_counts_per_mode(published, tm
     # a shard written before the column: every row is thinking
     rows, _ = export(root, tmp_path, "old.jsonl", mix=ExportMix(modes=("thinking",)))
     assert len(rows) == COUNTS["math"]
-    rows, _ = export(root, tmp_path, "none.jsonl", mix=ExportMix(modes=("instant",)))
-    assert rows == []
+    with pytest.raises(ConfigError, match="is of a mode the export leaves out: widen --modes"):
+        export(root, tmp_path, "none.jsonl", mix=ExportMix(modes=("instant",)))
 
 
 def test_a_shuffled_mixed_export_is_what_prepare_data_gives_from_the_mixed_jsonl(published, tmp_path):

@@ -5,6 +5,7 @@ is published first."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -13,18 +14,20 @@ from pathlib import Path
 import pytest
 
 from eagle_datagen.generation.claims import (
+    HolderVerdict,
     claim_key,
     claimed_sample_ids,
     heartbeat_interval_s,
     heartbeat_key,
     read_claim,
     withdraw_claim,
-    write_heartbeat,
 )
+from eagle_datagen.generation.heartbeat import write_heartbeat
 from eagle_datagen.generation.incremental import NothingToDo
 from eagle_datagen.generation.plan import RunPlan, shard_requests
-from eagle_datagen.generation.stage import RunOptions, prepare_plan
+from eagle_datagen.generation.stage import RunOptions, SamplingOverrides, prepare_plan
 from eagle_datagen.generation.steps import run_generation
+from eagle_datagen.generation.takeover import ClaimWithdrawn, check_claim_stands, takeover_key
 from eagle_datagen.storage.output_root import LocalOutputRoot, OutputRoot, open_output_root
 from eagle_datagen.tokenization.stage import setup_tokenize
 from generation_runs import run_options
@@ -42,16 +45,18 @@ def options(tmp_path: Path, output: str, run_id: str, prompts: int = 12, **chang
     return run_options(tmp_path, ["http://127.0.0.1:9"], run_id=run_id, prompts=prompts, output=output, **changes)
 
 
-def plan_run(opts: RunOptions, weight_version: str = "w1", start: threading.Barrier | None = None) -> set[str]:
-    """Plan as a run's plan step does; the sample ids it planned (none when nothing was new)."""
+def plan_run(
+    opts: RunOptions, weight_version: str = "w1", start: threading.Barrier | None = None, holders=None
+) -> set[str]:
+    """Plan as a run's plan step does; the sample ids it planned (none when nothing was new). `holders`: an
+    orchestrator's word on whether the runs holding claims still run (takeover.HolderCheck)."""
     setup = setup_tokenize(opts.prompts)  # tokenizer and sources: before the barrier, so planners meet at the lock
     root = open_output_root(opts.prompts.output)
     if start is not None:
         start.wait(timeout=60)
+    provenance = {"servers": [{"weight_version": weight_version}]}
     try:
-        plan = prepare_plan(
-            setup, root, opts.run_id, opts, {"servers": [{"weight_version": weight_version}]}, weight_version
-        )
+        plan = prepare_plan(setup, root, opts.run_id, opts, provenance, weight_version, holders=holders)
     except NothingToDo:
         return set()
     return plan_sample_ids(root, plan)
@@ -131,6 +136,63 @@ def test_a_run_silent_for_longer_than_the_ttl_no_longer_holds_its_samples(tmp_pa
     dead = plan_run(options(tmp_path, output, "dead"))
     age(root, "dead", 2 * HOUR)
     assert plan_run(options(tmp_path, output, "later", claim_ttl_s=HOUR)) == dead  # generated again
+    # taken over: noted and withdrawn, so that "dead", resumed, generates none of them
+    assert not root.list(claim_key("dead"))
+    note = json.loads(root.read_bytes(takeover_key("dead")))
+    assert note["by"] == "later" and note["why"] == "no sign of life for more than 3600 s, the claim TTL"
+    with pytest.raises(ClaimWithdrawn, match="run dead generates nothing: run later took its samples over"):
+        check_claim_stands(root, "dead")
+
+
+def verdicts(**by_run: HolderVerdict):
+    """A HolderCheck with fixed answers (None for runs it does not know), and the runs it was asked about."""
+    asked: list[str] = []
+
+    def check(root, run_id, now, live_window_s):
+        asked.append(run_id)
+        return by_run.get(run_id)
+
+    return check, asked
+
+
+def test_a_holder_its_orchestrator_says_still_runs_keeps_its_samples_however_long_it_has_been_quiet(tmp_path):
+    """Shards waiting in a pool: no sign of life for twice the TTL, but the DAG run is alive."""
+    output = str(tmp_path / "out")
+    root = LocalOutputRoot(output)
+    queued = plan_run(options(tmp_path, output, "queued", prompts=8))
+    age(root, "queued", 2 * HOUR)
+    check, asked = verdicts(queued=HolderVerdict(True, "its task generate_shard_1 is scheduled"))
+    later = plan_run(options(tmp_path, output, "later", claim_ttl_s=HOUR), holders=check)
+    assert asked == ["queued"] and len(later) == 4 and not later & queued  # only the 4 prompts it does not hold
+    assert root.list(claim_key("queued")) and not root.list(takeover_key("queued"))
+    opts = options(tmp_path, output, "third", prompts=8, claim_ttl_s=HOUR)
+    with pytest.raises(NothingToDo) as held:
+        prepare_plan(setup_tokenize(opts.prompts), root, "third", opts, {}, "w1", holders=check)
+    assert "run queued holds 8 samples (last showed life" in str(held.value)
+    assert "still running: its task generate_shard_1 is scheduled" in str(held.value)
+    assert "rerun once the holding run has published or ended" in str(held.value)
+    assert held.value.holders["queued"]["expires"] is None and held.value.holders["queued"]["live"] is True
+
+
+def test_a_holder_that_ended_is_taken_over_at_once_while_the_rest_of_the_new_run_is_planned(tmp_path):
+    """Its claim a moment old, but its orchestrator says it has ended: the new run plans its samples and its own
+    new ones in one plan; a holder of other samples, ended too, is left alone; a dry run takes nothing over."""
+    output = str(tmp_path / "out")
+    root = LocalOutputRoot(output)
+    dead = plan_run(options(tmp_path, output, "dead", prompts=8))
+    sampling = SamplingOverrides(max_new_tokens=77)  # other samples of the same prompts
+    other = plan_run(options(tmp_path / "other", output, "other", prompts=3, incremental=False, sampling=sampling))
+    ended = HolderVerdict(False, "its DAG run d1 of eagle_datagen__chat had ended: failed")
+    check, _ = verdicts(dead=ended, other=ended)
+    assert plan_run(options(tmp_path, output, "dry", dry_run=True), holders=check) == every_sample(tmp_path)
+    assert root.list(claim_key("dead")) and not root.list(takeover_key("dead"))  # the dry run took nothing
+    taker = plan_run(options(tmp_path, output, "taker"), holders=check)
+    assert taker == every_sample(tmp_path) and dead < taker  # its 8 and the 4 new ones
+    assert set(read_claim(root, "taker").sample_ids) == taker
+    assert not root.list(claim_key("dead"))
+    assert json.loads(root.read_bytes(takeover_key("dead")))["why"] == ended.why
+    assert root.list(claim_key("other")) and not root.list(takeover_key("other"))  # none of its samples planned
+    assert other.isdisjoint(taker)
 
 
 def test_a_run_that_keeps_checkpointing_holds_its_samples_however_old_its_plan(tmp_path):
@@ -227,8 +289,8 @@ def test_a_heartbeating_run_holds_its_samples_however_old_its_claim_and_checkpoi
     root = LocalOutputRoot(output)
     plan_run(options(tmp_path, output, "long"))
     age(root, "long", 2 * HOUR)
-    write_heartbeat(root, "long")  # generating a 32k-token answer: no checkpoint for hours, but it beats
-    assert heartbeat_key("long") in root.list("claims/")
+    write_heartbeat(root, "long", "p1")  # generating a 32k-token answer: no checkpoint for hours, but it beats
+    assert heartbeat_key("long", "p1") in root.list("claims/")
     assert plan_run(options(tmp_path, output, "later", claim_ttl_s=HOUR)) == set()
     age(root, "long", HOUR + 60)  # killed: its last heartbeat is a minute past the TTL
     assert len(plan_run(options(tmp_path, output, "later2", claim_ttl_s=HOUR))) == 12
@@ -238,8 +300,8 @@ def test_a_holder_is_live_within_a_few_heartbeats_and_silent_after(tmp_path):
     output = str(tmp_path / "out")
     root = LocalOutputRoot(output)
     plan_run(options(tmp_path, output, "held"))
-    write_heartbeat(root, "held")
-    beat = root.list_modified(heartbeat_key("held"))[heartbeat_key("held")]
+    write_heartbeat(root, "held", "p1")
+    beat = root.list_modified(heartbeat_key("held", "p1"))[heartbeat_key("held", "p1")]
     interval = heartbeat_interval_s(HOUR)
     assert interval == 60.0 and heartbeat_interval_s(120.0) == 30.0
     live = holders_of(root, beat + 2 * interval)["held"]
@@ -251,33 +313,31 @@ def test_a_holder_is_live_within_a_few_heartbeats_and_silent_after(tmp_path):
     assert [k for k in root.list("claims/") if "held" in k] == []
 
 
-def test_the_heartbeat_beats_at_once_and_then_at_its_interval(tmp_path):
-    import asyncio
-
-    from eagle_datagen.generation.heartbeat import heartbeat
+def test_the_heartbeat_beats_at_once_then_at_its_interval_and_is_marked_stopped_when_the_block_ends(tmp_path):
+    from eagle_datagen.generation.heartbeat import live_processes, process_heartbeat
 
     root = LocalOutputRoot(str(tmp_path / "out"))
-    key = heartbeat_key("r")
-    seen: list[float] = []
-
-    async def body() -> None:
-        async with heartbeat(root, "r", 0.2):
-            for _ in range(6):
-                seen.append(os.stat(root.location(key)).st_mtime_ns)
-                await asyncio.sleep(0.1)
-        seen.append(os.stat(root.location(key)).st_mtime_ns)
-
-    asyncio.run(body())
-    assert len(set(seen[:-1])) >= 2  # refreshed while the block ran
+    seen: list[int] = []
+    with pytest.raises(RuntimeError), process_heartbeat(root, "r", 0.2, by="shard 3"):
+        [key] = root.list(heartbeat_key("r") + ".")  # one key per process
+        for _ in range(6):
+            seen.append(os.stat(root.location(key)).st_mtime_ns)
+            now = root.list_modified(key)[key]
+            [live] = live_processes(root, "r", now, 1.0)
+            assert live["by"] == "shard 3" and live["pid"] == os.getpid()
+            time.sleep(0.1)
+        raise RuntimeError("the step failed")  # however the block ends, the beat says it stopped
+    assert len(set(seen)) >= 2  # refreshed while the block ran
     stopped = os.stat(root.location(key)).st_mtime_ns
+    assert live_processes(root, "r", root.list_modified(key)[key], 1.0) == []
     time.sleep(0.4)
-    assert os.stat(root.location(key)).st_mtime_ns == stopped == seen[-1]  # and not after it ended
+    assert os.stat(root.location(key)).st_mtime_ns == stopped  # and nothing beats after it
 
 
 @pytest.mark.slow
 def test_a_generating_run_heartbeats_and_a_run_whose_samples_it_holds_fails_naming_it(tmp_path, capsys):
     """The run's generation writes its heartbeat; an incremental run all of whose samples another run holds
-    exits 1 with one line naming the holder (not a success that published nothing); a run finding everything
+    exits 3 with one line naming the holder (not a success that published nothing); a run finding everything
     published succeeds."""
     from eagle_datagen.cli import main
     from eagle_datagen.generation.incremental import ClaimedElsewhere
@@ -289,7 +349,7 @@ def test_a_generating_run_heartbeats_and_a_run_whose_samples_it_holds_fails_nami
     with SimServerThread(SimConfig().with_profile("instant")) as sim:
         done = run_generation(run_options(tmp_path, [sim.url], run_id="done", prompts=3, output=output))
         assert done.published["data"] + done.published["quarantine"] == 3
-        assert heartbeat_key("done") in root.list("claims/")
+        assert [k for k in root.list("claims/") if k.startswith(heartbeat_key("done"))]  # it beat
         again = run_generation(
             run_options(tmp_path, [sim.url], run_id="again", prompts=3, output=output, incremental=True)
         )
@@ -303,7 +363,7 @@ def test_a_generating_run_heartbeats_and_a_run_whose_samples_it_holds_fails_nami
         argv = ["run", "--prompts", src, "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code"]
         argv += ["--sglang-url", sim.url, "--output", output, "--incremental", "--run-id", "cli", "--no-canary"]
         argv += ["--max-new-tokens", "1000"]  # the sampling of run_options: the same sample ids
-        assert main(argv) == 1
+        assert main(argv) == 3  # not published, nothing to fix: rerun once the holder has published or ended
     [line] = [x for x in capsys.readouterr().err.splitlines() if x.startswith("eagle-datagen: error:")]
     assert "run cli: nothing to generate, but 3 of its 3 samples are not published" in line  # the published skipped
     assert "run holder holds 3 samples (last showed life" in line and "rerun after" in line

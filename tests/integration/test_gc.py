@@ -10,7 +10,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from eagle_datagen.generation.claims import claim_key
+from eagle_datagen.generation.claims import claim_key, heartbeat_key
 from eagle_datagen.generation.plan import plan_key
 from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.standin.sglang.config import SimConfig
@@ -31,6 +31,7 @@ def test_gc_removes_the_work_files_of_published_runs_only(tmp_path):
     root.write_bytes("plans/run=busy/shard-00000.parquet", b"x")
     before = set(root.list())
     assert any(k.startswith("checkpoints/run=done/shard=") for k in before)
+    assert any(k.startswith(heartbeat_key("done")) for k in before)  # the run's process beat
 
     cli = [sys.executable, "-m", "eagle_datagen.cli", "gc", "--output", output]
     dry = json.loads(subprocess.run([*cli, "--dry-run"], capture_output=True, text=True, check=True).stdout)
@@ -39,7 +40,9 @@ def test_gc_removes_the_work_files_of_published_runs_only(tmp_path):
     assert done["removed"] == dry["removed"] and done["bytes"] > 0
 
     after = set(root.list())
-    assert not any(k.startswith(("checkpoints/run=done/shard=", "plans/run=done/shard-")) for k in after)
+    assert not any(
+        k.startswith(("checkpoints/run=done/shard=", "plans/run=done/shard-", heartbeat_key("done"))) for k in after
+    )
     assert {"checkpoints/run=busy/shard=00000/chunk-1-x.jsonl", "plans/run=busy/shard-00000.parquet"} <= after
     assert {plan_key("done"), claim_key("done"), "manifests/run=done.json"} <= after  # retry and audit
     assert pq.read_table(root.path / claim_key("done")).num_rows == 12  # every planned sample id

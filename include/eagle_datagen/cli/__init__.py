@@ -1,7 +1,11 @@
 """The `eagle-datagen` command line.
 
-Expected failures (bad flags, a missing source, a tokenizer that does not fit the profile, too many
-rejected records) print one line on stderr and exit 1; usage errors exit 2, as argparse does.
+Exit status: 0 when the command's output is written (for `run`: the run is published, or an incremental run found
+nothing new and says so); 1 for an expected failure to fix (bad flags, a missing source, a tokenizer that does not
+fit the profile, too many rejected records, a failed diagnosis), with one line on stderr; 2 for a usage error, as
+argparse does; 3 for a run that is not published yet with nothing to fix (samples out of retries, an incomplete
+shard, samples held by another run in flight), with one line on stderr saying what is missing and how a rerun
+finishes it; 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except DataGenError as exc:
         print(f"eagle-datagen: error: {one_line(redact(str(exc)))}", file=sys.stderr)
-        return 1
+        return exc.exit_status
     except KeyboardInterrupt:
         print("eagle-datagen: interrupted", file=sys.stderr)
         return 130

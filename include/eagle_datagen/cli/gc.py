@@ -10,9 +10,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     gc = commands.add_parser(
         "gc",
         help="remove the checkpoints and plan shards of published runs",
-        description="Remove the work files of runs that have a manifest: checkpoint chunks and their indexes, and "
-        "the plan's shard files. Kept: the manifest and what it lists, plan.json, the claim (every planned sample "
-        "id, for an audit), the endpoint journal and the rejects. Runs without a manifest are never touched.",
+        description="Remove the work files of runs that have a manifest: checkpoint chunks and their indexes, "
+        "the plan's shard files and the processes' heartbeats. Kept: the manifest and what it lists, plan.json, the "
+        "claim (every planned sample id, for an audit), the endpoint journal and the rejects. Runs without a manifest "
+        "are never touched.",
     )
     gc.add_argument("--output", required=True, metavar="ROOT", help="the output root (folder or s3://)")
     gc.add_argument("--run-id", action="append", metavar="ID", help="only this published run (repeatable)")

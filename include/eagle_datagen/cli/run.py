@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 from eagle_datagen import settings
@@ -47,11 +48,27 @@ def add_hand_written_flags(groups: dict[str, argparse._ArgumentGroup]) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    """0 only when the run is published (or an incremental run found nothing new); 3, with one line on stderr
+    saying what is missing, when it ended unpublished with nothing to fix (a rerun with its --run-id finishes it).
+    Failures to fix raise DataGenError: 1 (cli.main)."""
     from eagle_datagen.generation.steps import run_generation
 
-    summary = run_generation(run_config(args).options())
+    config = run_config(args)
+    try:
+        summary = run_generation(config.options())
+    except KeyboardInterrupt:
+        print(
+            f"eagle-datagen: interrupted: run {config.run_id} is not published; what was generated is checkpointed: "
+            f"{settings.resume_hint('cli', config.run_id)} to continue",
+            file=sys.stderr,
+        )
+        return 130
     print(format_run_summary(summary.to_json()))
-    return 0 if summary.pending == 0 else 3
+    unfinished = summary.not_published()
+    if unfinished is not None:
+        print(f"eagle-datagen: {unfinished}", file=sys.stderr)
+        return 3
+    return 0
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
@@ -70,6 +87,8 @@ def run_config(args: argparse.Namespace) -> RunConfig:
 
 
 def format_run_summary(summary: dict) -> str:
+    if summary.get("nothing_new"):  # an incremental run with every sample published: one line says so
+        return summary["nothing_new"]
     finish = ", ".join(f"{kind} {n:,}" for kind, n in sorted(summary["finish"].items())) or "none"
     lines = [
         f"run {summary['run_id']}: {summary['samples']:,} samples in {summary['shards']} shard(s); "
@@ -105,4 +124,6 @@ def format_run_summary(summary: dict) -> str:
         lines.append(
             f"{summary['pending']:,} samples ran out of retries: rerun with --run-id {summary['run_id']} to finish them"
         )
+    for shard in summary.get("incomplete") or []:
+        lines.append(f"not published: {shard}")
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from eagle_datagen import settings
 from eagle_datagen.cli.arguments import EPILOG, positive_int, tokenize_options
@@ -42,6 +43,13 @@ def handle(args: argparse.Namespace) -> int:
 
     summary = run_tokenize(tokenize_options(args))
     print(format_tokenize_summary(summary.to_json()))
+    if not summary.records_read:  # empty sources are no success (`run` refuses them too); rejects are output
+        print(
+            "eagle-datagen: error: the sources hold no prompt record: nothing tokenized; check the sources and "
+            "--categories",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

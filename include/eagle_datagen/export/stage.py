@@ -59,6 +59,7 @@ class ExportOptions:
     location: str | None = None  # where the trainer finds the export, when not at `to` (uploaded exports)
     mix: ExportMix = field(default_factory=ExportMix)  # per-category weights and a mode filter (export/mix.py)
     logprobs: bool = False  # carry the soft targets (top-k logprobs), in the formats that can (export/formats.py)
+    front_end: str = "cli"  # messages name the sequence limit as this front end calls it
 
 
 @dataclass
@@ -307,6 +308,8 @@ def _write(
         written.tokens,
         written.supervised_tokens,
     )
+    if not counts.rows_exported:  # an empty export is no training data: never a success
+        raise ConfigError(_nothing_exported(source, counts, options.front_end))
     vocab, vocab_from = _draft_vocab(options, source, published, counter)
     files = writer.finish(vocab) if writer_cls.folder else [target.name, *writer.finish(vocab)]
     if sample_ids is not None:
@@ -320,6 +323,27 @@ def _write(
     elif options.to != "-":
         write_info(target.with_name(target.name + ".export_info.yaml"), info)
     return ExportSummary(options.format, options.to, counts.rows_exported, counts.to_json(), files, vocab and vocab.k)
+
+
+def _nothing_exported(source: ExportSource, counts: RowCounts, front_end: str) -> str:
+    what = f"{source.kind} {source.id}"
+    if not counts.rows_read and counts.rows_filtered_by_mode:
+        modes = "--modes" if front_end == "cli" else "the mix's modes"
+        return (
+            f"nothing exported: every one of the {counts.rows_filtered_by_mode:,} data rows of {what} is of a mode "
+            f"the export leaves out: widen {modes}"
+        )
+    if not counts.rows_read:
+        return f"nothing exported: {what} has no data rows (every sample was quarantined?)"
+    if not counts.rows_dropped_unsupervised + counts.rows_dropped_overlong:
+        mix = "--mix" if front_end == "cli" else "the mix's weights"
+        return f"nothing exported: the mix's weights keep none of the {counts.rows_read:,} data rows of {what}: {mix}"
+    limit = "--max-seq-len" if front_end == "cli" else "the export_max_seq_len param"
+    return (
+        f"nothing exported: every one of the {counts.rows_read:,} data rows of {what} was dropped by the sequence "
+        f"limit ({counts.rows_dropped_unsupervised:,} whose prompt alone fills it, {counts.rows_dropped_overlong:,} "
+        f"longer than it with overlong drop): raise {limit}"
+    )
 
 
 def _draft_vocab(

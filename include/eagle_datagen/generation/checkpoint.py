@@ -119,6 +119,27 @@ def load_checkpoint_indexes(root: OutputRoot, run_id: str, shards: list[int]) ->
     return done
 
 
+def drop_damaged_indexes(root: OutputRoot, run_id: str, shard: int) -> int:
+    """Delete each index of the shard that names a sample its chunk does not hold (a chunk damaged after its index
+    was written), so that a resume reads that chunk itself and generates the missing samples again; the count."""
+    keys = root.list(checkpoint_prefix(run_id, shard))
+    dropped = 0
+    for key in keys:
+        index_key = key.removesuffix(".jsonl") + INDEX_SUFFIX
+        if not key.endswith(".jsonl") or index_key not in keys:
+            continue
+        listed = {sample_id for sample_id, _ in _chunk_outcomes(root, key, {index_key})}
+        if listed - {sample_id for sample_id, _ in _chunk_outcomes(root, key, set())}:
+            root.delete(index_key)
+            log.warning(
+                "run %s: %s names samples its chunk lacks: removed, the samples will be generated again",
+                run_id,
+                index_key,
+            )
+            dropped += 1
+    return dropped
+
+
 @dataclass
 class CheckpointPolicy:
     max_samples: int = settings.CHECKPOINT_EVERY  # flush when this many samples are waiting

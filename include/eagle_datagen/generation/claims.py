@@ -4,14 +4,18 @@
 version and categories in the schema metadata), so reading a claim never touches prompt token ids. Every
 run writes its claim when it plans, before its plan's shards (an incremental run while it holds the plan
 lock). An incremental run treats as existing the samples of published manifests (the catalog) and of
-every claim whose run is in flight: it has no manifest yet, and some object of it was modified within the
-TTL (the claim, its plan, a checkpoint chunk, a data or quarantine shard, a manifest artifact written by
-finalize) or its heartbeat (`claims/run=<id>.heartbeat`, rewritten every `heartbeat_interval_s(ttl)` while
-the run generates: heartbeat.py), so that a run's liveness does not hang on how often it checkpoints. A run
-whose newest object is older than that has stopped (its tasks died, or it failed for good): its samples are
-free again, and the next run generates them. A holder is `live` when it showed life within
-`LIVE_HEARTBEATS` heartbeat intervals; one silent for longer, but not yet for the TTL, is `silent`: probably
-dead, not yet provably so (incremental.py and the orchestrators say what to do about each).
+every claim whose run is in flight: it has no manifest yet, and it still runs. Whether it runs is first its
+orchestrator's word (`HolderCheck`, below; takeover.py: a DAG run runs while any task of it may still run, shards
+waiting in a pool included, however long it has been quiet); where nobody can tell (a command-line run), it
+runs while some object of it was modified within the TTL (the claim, its plan, a checkpoint chunk, a data or
+quarantine shard, a manifest artifact written by finalize) or one of its processes beat
+(`claims/run=<id>.heartbeat.<process>`, rewritten every `heartbeat_interval_s(ttl)` for as long as the process
+works for the run: heartbeat.py), so that a run's liveness does not hang on how often it checkpoints. A run
+that has ended (its orchestrator says so; or its newest object is older than the TTL: its process died, or it
+failed for good) holds nothing: the next run that plans its samples takes them over (takeover.py). A holder is
+`live` when it still runs by its orchestrator's word or showed life within `LIVE_HEARTBEATS` heartbeat
+intervals; one silent for longer, but not yet for the TTL, is `silent`: probably dead, not yet provably so
+(incremental.py and the orchestrators say what to do about each).
 
 Every time compared is the store's: objects' modification times against the plan lock's, all recorded by
 the store when it wrote them, so the clocks of the workers do not enter (the time_ns in checkpoint chunk
@@ -25,6 +29,7 @@ import json
 import logging
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -41,7 +46,7 @@ CLAIM_METADATA = b"eagle_datagen.claim"
 # output tokens at 30 tokens/s is about 18 minutes) and task retries backing off (up to 15 minutes). An hour
 # outlasts these, and a run that died frees its samples for the next run the same day.
 DEFAULT_CLAIM_TTL_S = settings.CLAIM_TTL_S  # declared in settings.py
-# A generating run rewrites its heartbeat every minute (a quarter of the TTL, when that is shorter: tests);
+# A run's working process rewrites its heartbeat every minute (a quarter of the TTL, when that is shorter: tests);
 # a holder that missed three in a row is silent, not live.
 HEARTBEAT_EVERY_S = 60.0
 LIVE_HEARTBEATS = 3
@@ -75,13 +80,9 @@ def write_claim(root: OutputRoot, claim: Claim) -> None:
     root.write_bytes(claim_key(claim.run_id), buffer.getvalue())
 
 
-def heartbeat_key(run_id: str) -> str:
-    return f"claims/run={run_id}.heartbeat"
-
-
-def write_heartbeat(root: OutputRoot, run_id: str) -> None:
-    """The run's sign of life: its modification time (the store's clock) is what counts, not its content."""
-    root.write_bytes(heartbeat_key(run_id), b"{}")
+def heartbeat_key(run_id: str, process: str = "") -> str:
+    """Where the run's processes beat (a prefix of every one), or where one process does (heartbeat.py)."""
+    return f"claims/run={run_id}.heartbeat" + (f".{process}" if process else "")
 
 
 def withdraw_claim(root: OutputRoot, run_id: str) -> None:
@@ -122,6 +123,35 @@ def _last_active(root: OutputRoot, prefixes: Iterator[str], claimed_at: float) -
     return max([claimed_at, *(t for prefix in prefixes for t in root.list_modified(prefix).values())])
 
 
+@dataclass(frozen=True)
+class HolderVerdict:
+    """Whether the run holding a claim still runs, and why (for the log and the takeover note)."""
+
+    running: bool  # True: it keeps its samples whatever their age; False: it has ended, take them over
+    why: str  # "its DAG run ... is running", "its task generate_shard_3 is scheduled", "... had ended: failed"
+
+
+class HolderCheck(Protocol):
+    """An orchestrator's answer for a run that holds a claim; None when it cannot tell (not its run, or its
+    records cannot be read): the claim's age decides then. `now` is the store's time, `live_window_s` how
+    recent a process's beat must be for it to count as running (heartbeat.live_processes)."""
+
+    def __call__(self, root: OutputRoot, run_id: str, now: float, live_window_s: float) -> HolderVerdict | None: ...
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A claim whose run has ended (its orchestrator says so, or no sign of life for the TTL): free to take over."""
+
+    why: str
+    sample_ids: SampleIdSet
+
+
+def live_window_s(ttl_s: float) -> float:
+    """How recent a sign of life must be for its run to count as live (a process beating now)."""
+    return LIVE_HEARTBEATS * heartbeat_interval_s(ttl_s)
+
+
 def claimed_sample_ids(
     root: OutputRoot,
     now: float,
@@ -130,13 +160,17 @@ def claimed_sample_ids(
     weight_version: str | None,
     published: Container[str],
     own_run_id: str,
-    holders: dict[str, dict[str, float | int]] | None = None,
+    holders: dict[str, dict[str, Any]] | None = None,
+    check: HolderCheck | None = None,
+    ended: dict[str, Ended] | None = None,
 ) -> SampleIdSet:
     """The sample ids that runs in flight at `now` (the store's time) have claimed: claims of `model` (and
-    `weight_version`, when given) whose run is not in `published` and was active within `ttl_s`. `holders`,
-    when given, gets each such run's claimed samples, last sign of life, when its claim expires (store
-    times) and whether it is live (showed life within LIVE_HEARTBEATS heartbeat intervals), for a message
-    that says which run holds what and until when."""
+    `weight_version`, when given) whose run is not in `published` and still runs: `check` (an orchestrator's
+    records, takeover.py) says it runs, or, where it cannot tell, the run showed life within `ttl_s`. `holders`,
+    when given, gets each such run's claimed samples, last sign of life, when its claim expires (store times; None
+    while its orchestrator says it runs), whether it is live (running, or showed life within LIVE_HEARTBEATS
+    heartbeat intervals) and why it runs, for a message that says which run holds what and until when. `ended`,
+    when given, gets each claim whose run has ended, with why and its samples, for the caller to take over."""
     horizon = now - ttl_s
     found = []
     runs = 0
@@ -147,24 +181,33 @@ def claimed_sample_ids(
         claim = _read_claim_ids(root, run_id)
         if claim.model != model or (weight_version is not None and claim.weight_version != weight_version):
             continue
-        if claimed_at < horizon and not _active_since(root, _activity_prefixes(run_id, claim.categories), horizon):
-            log.info(
-                "run %s: no activity for more than %.0f s: its %d claimed samples are free",
-                run_id,
-                ttl_s,
-                len(claim.sample_ids),
-            )
+        verdict = check(root, run_id, now, live_window_s(ttl_s)) if check is not None else None
+        if verdict is not None and not verdict.running:
+            if ended is not None:
+                ended[run_id] = Ended(verdict.why, SampleIdSet(digests_from_hex(claim.sample_ids)))
             continue
+        if verdict is None and claimed_at < horizon:
+            if not _active_since(root, _activity_prefixes(run_id, claim.categories), horizon):
+                log.info(
+                    "run %s: no activity for more than %.0f s: its %d claimed samples are free",
+                    run_id,
+                    ttl_s,
+                    len(claim.sample_ids),
+                )
+                if ended is not None:
+                    why = f"no sign of life for more than {ttl_s:.0f} s, the claim TTL"
+                    ended[run_id] = Ended(why, SampleIdSet(digests_from_hex(claim.sample_ids)))
+                continue
         runs += 1
         found.append(digests_from_hex(claim.sample_ids))
         if holders is not None:
             last = _last_active(root, _activity_prefixes(run_id, claim.categories), claimed_at)
-            live = now - last <= LIVE_HEARTBEATS * heartbeat_interval_s(ttl_s)
             holders[run_id] = {
                 "samples": len(claim.sample_ids),
                 "last_active": last,
-                "expires": last + ttl_s,
-                "live": live,
+                "expires": None if verdict is not None else last + ttl_s,
+                "live": verdict is not None or now - last <= live_window_s(ttl_s),
+                "running": verdict.why if verdict is not None else None,
             }
     claimed = SampleIdSet.merged(found)
     log.info("claims: %d samples planned by %d run(s) in flight", len(claimed), runs)

@@ -2,8 +2,10 @@
 written, removed from the output root.
 
 Removed, for a run with a manifest: its checkpoint chunks and their indexes
-(`checkpoints/run=<id>/shard=*/`: about 4.6 bytes per output token, more than the data itself) and its plan's
-shard files (`plans/run=<id>/shard-*.parquet`: the prompts' ids, which the data shards hold too).
+(`checkpoints/run=<id>/shard=*/`: about 4.6 bytes per output token, more than the data itself), its plan's
+shard files (`plans/run=<id>/shard-*.parquet`: the prompts' ids, which the data shards hold too) and its
+processes' heartbeats (`claims/run=<id>.heartbeat.*`: one per process that worked for it, which every incremental
+run's listing of `claims/` would otherwise read forever).
 
 Kept, for a retry and an audit: the manifest and everything it lists (data, quarantine, statistics, report),
 `plans/run=<id>/plan.json` (the run's settings and shard list: a rerun of the run id finds its plan, then its
@@ -19,6 +21,7 @@ import logging
 from dataclasses import dataclass, field
 
 from eagle_datagen.generation.checkpoint import checkpoint_prefix
+from eagle_datagen.generation.claims import heartbeat_key
 from eagle_datagen.storage.manifest import manifest_run_ids
 from eagle_datagen.storage.output_root import OutputRoot
 
@@ -34,10 +37,11 @@ class GcSummary:
 
 
 def work_files(root: OutputRoot, run_id: str) -> list[str]:
-    """The keys gc removes for a published run: checkpoint chunks and indexes, plan shard files."""
+    """The keys gc removes for a published run: checkpoint chunks and indexes, plan shard files, heartbeats."""
     shards = checkpoint_prefix(run_id, 0).rsplit("shard=", 1)[0] + "shard="
     keys = [k for k in root.list(f"checkpoints/run={run_id}/") if k.startswith(shards)]
     keys += [k for k in root.list(f"plans/run={run_id}/") if k.rsplit("/", 1)[-1].startswith("shard-")]
+    keys += root.list(heartbeat_key(run_id))
     return keys
 
 

@@ -3,9 +3,11 @@
 An incremental run skips the samples of published runs (the catalog) and those claimed by runs still in
 flight (claims.py), and claims the rest, while holding the plan lock (plan_lock.py), so that runs planning
 at the same time under one output root (a backfill's runs, two command lines) split the new samples
-instead of each generating them all. The slow reads happen before the lock: the catalog is read first and
-only brought up to date (new manifests) under it. Every run, incremental or not, writes its claim, so
-incremental runs that plan while it is in flight leave its samples alone; a dry run claims nothing.
+instead of each generating them all. The samples of a run that has ended are taken over by the run that plans
+them, in the same plan as its new ones (takeover.py). The slow reads happen before the lock: the catalog is read
+first and only brought up to date (new manifests) under it. Every run, incremental or not, writes its claim, so
+incremental runs that plan while it is in flight leave its samples alone; a dry run claims nothing (and takes
+nothing over).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from eagle_datagen.errors import DataGenError
-from eagle_datagen.generation.claims import Claim, claimed_sample_ids, write_claim
+from eagle_datagen.errors import DataGenError, RunUnfinished
+from eagle_datagen.generation.claims import Claim, Ended, HolderCheck, claimed_sample_ids, write_claim
 from eagle_datagen.generation.plan import CategorySettings, PlannedCategory
 from eagle_datagen.generation.plan_lock import PlanLock, PlanLockPolicy
+from eagle_datagen.generation.takeover import take_over
 from eagle_datagen.inference.samples import sample_id_digests, sample_id_tail
 from eagle_datagen.records import PromptRecord
 from eagle_datagen.storage.catalog import Catalog
@@ -45,26 +48,36 @@ class NothingToDo(DataGenError):
         return {"published": self.published, "claimed_by": self.holders}
 
 
-class ClaimedElsewhere(DataGenError):
+class ClaimedElsewhere(RunUnfinished):
     """A run's every unpublished sample is claimed by other runs: it generated and published nothing, and must
-    not end as a success (the message is NothingToDo's, naming the holders)."""
+    not end as a success (the message is NothingToDo's, naming the holders and when to rerun)."""
 
 
 def _when(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
+def _holder(run: str, h: dict[str, Any]) -> str:
+    life = f"last showed life {_when(h['last_active'])}"
+    if h.get("running"):  # its orchestrator says it runs: its claim holds whatever its age
+        return f"run {run} holds {h['samples']} samples ({life}; still running: {h['running']})"
+    state = "live" if h.get("live", True) else "silent"
+    return f"run {run} holds {h['samples']} samples ({life}, {state}; its claim expires {_when(h['expires'])})"
+
+
 def describe_holders(holders: dict[str, dict[str, Any]]) -> str:
-    return "; ".join(
-        f"run {run} holds {h['samples']} samples (last showed life {_when(h['last_active'])}, "
-        f"{'live' if h.get('live', True) else 'silent'}; its claim expires {_when(h['expires'])})"
-        for run, h in sorted(holders.items())
+    return "; ".join(_holder(run, h) for run, h in sorted(holders.items()))
+
+
+def rerun_when(holders: dict[str, dict[str, Any]]) -> str:
+    """When a rerun may find the samples free: once every holder's claim has expired (unless it shows life
+    again), or, while an orchestrator says a holder runs, once it has published or ended."""
+    if any(h.get("expires") is None for h in holders.values()):
+        return "rerun once the holding run has published or ended (its samples are then taken over)"
+    return (
+        f"rerun after {_when(max(h['expires'] for h in holders.values()))}, or once the holding run has ended (a "
+        "failed or withdrawn run releases its claims)"
     )
-
-
-def rerun_after(holders: dict[str, dict[str, Any]]) -> str:
-    """When every holder's claim has expired, unless it shows life again."""
-    return _when(max(h["expires"] for h in holders.values()))
 
 
 def wanted_sample_ids(planned: list[PlannedCategory]) -> np.ndarray:
@@ -145,9 +158,12 @@ def claim_samples(
     tokenizer: dict[str, Any] | None = None,
     catalog: Catalog | None = None,
     front_end: str = "cli",
+    check: HolderCheck | None = None,
 ) -> list[PlannedCategory]:
     """The samples this run plans, claimed under its run id (unless `claim` is False: a dry run, whose plan
-    is never generated). Raises NothingToDo when none is new."""
+    is never generated). Raises NothingToDo when none is new. The samples of a holder that has ended (`check`,
+    an orchestrator's records, says so; or it showed no life for the TTL) are taken over when this run plans
+    some of them, whatever else it plans (takeover.py)."""
 
     def write(chosen: list[PlannedCategory]) -> None:
         if claim:
@@ -165,8 +181,9 @@ def claim_samples(
             for published, provenance in sorted(catalog.provenance.items()):
                 check_same_tokenizer(published, provenance, tokenizer, "published run", front_end)
         holders: dict[str, dict[str, Any]] = {}
+        ended: dict[str, Ended] = {}
         in_flight = claimed_sample_ids(
-            root, lock.acquired_at, claim_ttl_s, model, wanted, catalog.runs, run_id, holders
+            root, lock.acquired_at, claim_ttl_s, model, wanted, catalog.runs, run_id, holders, check, ended
         )
         kept = keep_new(planned, catalog.sample_ids, in_flight)  # not their union: a copy of the catalog
         new = sum(p.samples for p in kept)
@@ -174,12 +191,20 @@ def claim_samples(
         published_mask = catalog.sample_ids.contains(every)
         published = int(published_mask.sum())
         held = int((in_flight.contains(every) & ~published_mask).sum())
+        # ended holders of samples this run plans: taken over (noted, their claims withdrawn) before this run
+        # claims them, so that a holder cleared and resumed afterwards generates none of them
+        taken = {
+            holder: e for holder, e in ended.items() if (e.sample_ids.contains(every) & ~published_mask).any()
+        }
         log.info(
-            "incremental: of %d samples, %d are published, %d planned by runs in flight, %d new",
+            "incremental: of %d samples, %d are published, %d planned by runs in flight, %d new (%d taken over "
+            "from %d run(s) that ended)",
             len(every),
             published,
             held,
             new,
+            sum(int((e.sample_ids.contains(every) & ~published_mask).sum()) for e in taken.values()),
+            len(taken),
         )
         if not new:
             if not held:
@@ -187,11 +212,13 @@ def claim_samples(
                 raise NothingToDo(message, published)
             raise NothingToDo(
                 f"run {run_id}: nothing to generate, but {held} of its {len(every)} samples are not published "
-                f"({published} are): {describe_holders(holders)}: rerun after {rerun_after(holders)}, or "
-                "once the holding run has ended (a failed or withdrawn run releases its claims)",
+                f"({published} are): {describe_holders(holders)}: {rerun_when(holders)}",
                 published,
                 holders,
             )
         lock.verify()
+        if claim:
+            for holder, e in sorted(taken.items()):
+                take_over(root, holder, run_id, e.why)
         write(kept)
     return kept

@@ -30,6 +30,7 @@ from eagle_datagen.generation.plan import (
 from eagle_datagen.generation.plan_order import family_order
 from eagle_datagen.inference.samples import sample_id_digests, sample_id_tail
 from eagle_datagen.records import PromptRecord
+from eagle_datagen.settings import named
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.storage.sample_id_set import DIGEST
 from eagle_datagen.tokenization.stage import TokenizeSetup, stream_and_tokenize
@@ -76,7 +77,8 @@ def source_and_plan(
         if not spool.total:
             if skipped:
                 raise NothingToDo(f"run {run_id}: every sample is already published under this output root")
-            raise DataGenError("no prompts left to generate after validation: check the sources and --categories")
+            categories = named("categories", setup.options.front_end)
+            raise DataGenError(f"no prompts left to generate after validation: check the sources and {categories}")
         settings = settings_for(spool.categories)
         planned = [planned_category(spool, category, settings[category], model) for category in spool.categories]
         chosen = choose(planned, settings)

@@ -46,7 +46,7 @@ from eagle_datagen.storage.manifest import (
     run_artifact_key,
     write_manifest,
 )
-from eagle_datagen.storage.objects import StoredObject, put_file_once, sha256_hex
+from eagle_datagen.storage.objects import ObjectCollision, StoredObject, put_file_once, sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.storage.parquet import QUARANTINE_SCHEMA, SAMPLE_SCHEMA, shard_row_groups
 from eagle_datagen.storage.staged_shard import StagedShard
@@ -132,7 +132,10 @@ def publish_shard(root: OutputRoot, plan: RunPlan, index: int, profile: ModelPro
                 parquet = folder / f"{'quarantine' if staged.quarantine else 'data'}.parquet"
                 staged.write_parquet(parquet)
                 staged.staging.unlink()  # local disk: the Parquet file and the next staging, not both kinds
-                put_file_once(root, key, parquet)
+                try:
+                    put_file_once(root, key, parquet)
+                except ObjectCollision as exc:
+                    raise exc.for_run(options.front_end) from None
                 parquet.unlink()
     log.info("shard %d (%s): %d valid, %d quarantined", index, category, data.rows, quarantine.rows)
     return data.rows + quarantine.rows
@@ -314,7 +317,10 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             "endpoints_left_out": [{"url": x["url"], "reason": x["reason"]} for x in endpoints["left_out"]],
         },
     )
-    write_manifest(root, manifest)
+    try:
+        write_manifest(root, manifest)
+    except ObjectCollision as exc:
+        raise exc.for_run(options.front_end) from None
     log.info(
         "run %s published: %d valid, %d quarantined; manifest %s",
         plan.run_id,

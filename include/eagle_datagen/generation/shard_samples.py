@@ -19,7 +19,7 @@ from typing import Any
 
 from eagle_datagen.conversation.driver import soft_targets, validation_row
 from eagle_datagen.errors import DataGenError
-from eagle_datagen.generation.checkpoint import checkpoint_rows, load_checkpoint_index
+from eagle_datagen.generation.checkpoint import checkpoint_rows, drop_damaged_indexes, load_checkpoint_index
 from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_key
 from eagle_datagen.inference.samples import SampleRequest
 from eagle_datagen.storage.output_root import OutputRoot
@@ -39,8 +39,10 @@ def _int_or_none(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
-def _incomplete(plan: RunPlan, index: int) -> ShardIncomplete:
-    return ShardIncomplete(f"shard {index} of run {plan.run_id} still has samples to generate: finish it first")
+def _incomplete(
+    plan: RunPlan, index: int, missing: int, total: int, what: str = "samples have no result"
+) -> ShardIncomplete:
+    return ShardIncomplete(f"shard {index} of run {plan.run_id}: {missing:,} of its {total:,} {what} yet")
 
 
 def _batched(rows: Iterator[Placed]) -> Iterator[list[Placed]]:
@@ -80,8 +82,9 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
             )
             requests[request.sample_id] = (len(requests), request, row_index)
     stored = load_checkpoint_index(root, plan.run_id, index)
-    if any(sample_id not in stored for sample_id in requests):
-        raise _incomplete(plan, index)
+    missing = sum(sample_id not in stored for sample_id in requests)
+    if missing:
+        raise _incomplete(plan, index, missing, len(requests))
     found = 0
     for saved in checkpoint_rows(root, plan.run_id, index):
         entry = requests.get(saved["sample_id"])
@@ -114,8 +117,13 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
             }
             | soft_targets(settings.top_logprobs, meta),
         )
-    if found != len(requests):  # an index named a sample its chunk does not hold
-        raise _incomplete(plan, index)
+    if found != len(requests):  # an index named a sample its chunk does not hold (a damaged chunk)
+        dropped = drop_damaged_indexes(root, plan.run_id, index)
+        raise ShardIncomplete(
+            f"shard {index} of run {plan.run_id}: {len(requests) - found:,} of its {len(requests):,} samples are "
+            f"listed by checkpoint indexes but missing from their chunks (damaged checkpoints); {dropped} such "
+            "index(es) removed, so that a rerun generates those samples again"
+        )
 
 
 # a step's place, in 63 bits: conversation, then turn, then the order it was first stored in (ties of a turn, as
@@ -161,8 +169,9 @@ def _conversations(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Plac
             }
             | step,
         )
-    if any(not last.get(cid, (0, 0, False))[2] for cid in jobs):
-        raise _incomplete(plan, index)
+    unended = sum(not last.get(cid, (0, 0, False))[2] for cid in jobs)
+    if unended:
+        raise _incomplete(plan, index, unended, len(jobs), "conversations have not ended")
 
 
 def shard_row_batches(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[list[Placed]]:

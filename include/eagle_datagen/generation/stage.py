@@ -38,9 +38,8 @@ from eagle_datagen.generation.checkpoint import (
     load_checkpoint_indexes,
     should_checkpoint,
 )
-from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, heartbeat_interval_s
+from eagle_datagen.generation.claims import DEFAULT_CLAIM_TTL_S, HolderCheck
 from eagle_datagen.generation.endpoint_journal import EndpointJournal, live_ejections
-from eagle_datagen.generation.heartbeat import heartbeat
 from eagle_datagen.generation.incremental import claim_samples, read_catalog, skip_published
 from eagle_datagen.generation.plan import (
     CategorySettings,
@@ -152,9 +151,21 @@ class RunSummary:
     servers: list[dict[str, Any]]
     elapsed_s: float
     endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)  # answers, faults, ejection per endpoint
+    incomplete: list[str] = field(default_factory=list)  # shards found incomplete when published, with why
+    nothing_new: str | None = None  # an incremental run that found every sample published: the line saying so
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def not_published(self) -> str | None:
+        """Why the run ended without its data published, in one line with how to finish it; None when it is
+        published, or when an incremental run found nothing new (all of it published)."""
+        if self.published is not None or self.nothing_new is not None:
+            return None
+        missing = [f"{self.pending:,} samples ran out of retries"] if self.pending else []
+        missing += self.incomplete
+        what = "; ".join(missing) or "no manifest was written"
+        return f"run {self.run_id} is not published: {what}: {settings.resume_hint('cli', self.run_id)} to finish it"
 
 
 def new_run_id() -> str:
@@ -402,7 +413,6 @@ async def generate_pending(
                 pool, options.retry, screen=screen, vocab_size=vocab_size, liveness=options.liveness
             ) as client,
             CheckpointWriter(root, plan.run_id, options.checkpoint) as checkpoints,
-            heartbeat(root, plan.run_id, heartbeat_interval_s(options.claim_ttl_s)),  # its claims' sign of life
         ):
             opened.append(client)
             progress = Progress("generate", total=to_do, unit="samples", details=generation_details(client))
@@ -465,9 +475,11 @@ def prepare_plan(
     provenance: dict[str, Any],
     weight_version: str | None = None,
     existing: RunPlan | None | Unread = UNREAD,
+    holders: HolderCheck | None = None,
 ) -> RunPlan:
     """Load the run's plan, or source, tokenize, claim the samples (incremental.py) and write it. A rerun
-    never re-sources. `existing` is the plan the caller already read (None: there is none)."""
+    never re-sources. `existing` is the plan the caller already read (None: there is none); `holders` is the
+    orchestrator's word on whether the runs holding claims still run (takeover.py)."""
     if existing is UNREAD:
         existing = load_plan(root, run_id)
     if existing is not None:
@@ -502,6 +514,7 @@ def prepare_plan(
             tokenizer=provenance,
             catalog=catalog,
             front_end=options.front_end,
+            check=holders,
         )
 
     return source_and_plan(

@@ -19,15 +19,18 @@ checks, the DAG checks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.generation.claims import withdraw_claim
+from eagle_datagen.generation.claims import HolderCheck, heartbeat_interval_s, withdraw_claim
 from eagle_datagen.generation.endpoint_check import preflight_run
+from eagle_datagen.generation.heartbeat import process_heartbeat
 from eagle_datagen.generation.incremental import ClaimedElsewhere, NothingToDo
 from eagle_datagen.generation.plan import RunPlan, check_plan_matches, is_conversation_shard, load_plan
 from eagle_datagen.generation.publish import (
@@ -116,6 +119,7 @@ class RunContext:
     _root: OutputRoot | None = None
     _plan: RunPlan | None | Unread = UNREAD
     _thresholds_resolved: bool = False
+    _beating: bool = False
 
     def __post_init__(self) -> None:
         # An empty run id (an unset variable in a script) is refused, not replaced by a new run's id.
@@ -160,6 +164,20 @@ class RunContext:
             self._plan = load_plan(self.root(), self.run_id)
         return self._plan
 
+    @contextlib.contextmanager
+    def heartbeat(self, by: str) -> Iterator[None]:
+        """This process's heartbeat for the run while the block runs (heartbeat.py): its claims' sign of life,
+        once per process (the command line beats from its plan to its end, each step inside it beats with it)."""
+        if self._beating or not self.options.claim:
+            yield
+            return
+        self._beating = True
+        try:
+            with process_heartbeat(self.root(), self.run_id, heartbeat_interval_s(self.options.claim_ttl_s), by):
+                yield
+        finally:
+            self._beating = False
+
 
 def _servers(raw: list[dict[str, Any]]) -> list[ServerInfo]:
     return [ServerInfo(**server) for server in raw]
@@ -195,17 +213,21 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
     return [dataclasses.asdict(s) for s in servers]
 
 
-def plan_step(config: RunConfig | dict[str, Any] | RunContext, servers: list[dict[str, Any]]) -> dict[str, Any]:
+def plan_step(
+    config: RunConfig | dict[str, Any] | RunContext, servers: list[dict[str, Any]], holders: HolderCheck | None = None
+) -> dict[str, Any]:
     """Source, tokenize and plan the run, or load its existing plan and check that it is the plan this
     configuration makes (same model, profile and sampling per category). `shards` is empty when an incremental
-    run finds nothing new."""
+    run finds nothing new. `holders`: the orchestrator's word on whether runs holding claims still run (an
+    incremental run takes over the samples of those that have ended: takeover.py)."""
     ctx = RunContext.of(config)
     setup = ctx.setup()
     infos = _servers(servers)
     provenance = setup.loaded.provenance() | {"servers": [s.provenance() for s in infos]}
     existing = ctx.plan()
+    weight_version = infos[0].weight_version
     try:
-        plan = prepare_plan(setup, ctx.root(), ctx.run_id, ctx.options, provenance, infos[0].weight_version, existing)
+        plan = prepare_plan(setup, ctx.root(), ctx.run_id, ctx.options, provenance, weight_version, existing, holders)
     except NothingToDo as done:
         log.info("%s", done)
         # claimed_by: runs in flight that hold samples of this one (the orchestrator must not end green on them)
@@ -249,6 +271,20 @@ def generate_step(
         return _already_published(plan, shards)
     if options.claim:  # a run resumed after another took its samples over generates none of them (takeover.py)
         check_claim_stands(root, ctx.run_id)
+    by = "run" if len(shards) == len(plan.shards) else f"shard {shards[0]}" if len(shards) == 1 else "shards"
+    with ctx.heartbeat(by):  # from here to the last shard published: its claims' sign of life
+        return _generate(ctx, options, root, plan, servers, shards, by)
+
+
+def _generate(
+    ctx: RunContext,
+    options: RunOptions,
+    root: OutputRoot,
+    plan: RunPlan,
+    servers: list[dict[str, Any]],
+    shards: list[int],
+    by: str,
+) -> dict[str, Any]:
     profile = ctx._setup.profile if ctx._setup is not None else load_profile(plan.profile)
     tokenizer = None
     if ctx._setup is not None:
@@ -268,13 +304,15 @@ def generate_step(
             options,
             vocab_size=profile.vocab_size,
             tokenizer=tokenizer,
-            by="run" if len(shards) == len(plan.shards) else f"shard {shards[0]}" if len(shards) == 1 else "shards",
+            by=by,
             tally=tally,
         )
     )
     total = sum(plan.shards[shard].samples for shard in shards)
     rows, incomplete = 0, []
     if tally.done == total and read_manifest(root, plan.run_id) is None:
+        if options.claim:  # taken over while it generated (it looked ended): publish nothing of it
+            check_claim_stands(root, plan.run_id)
         for shard in shards:
             try:
                 rows += publish_shard(root, plan, shard, profile, options.publish)
@@ -337,8 +375,8 @@ def finalize_step(config: RunConfig | dict[str, Any] | RunContext) -> dict[str, 
     """Diagnosis, statistics, draft vocabulary, report and the manifest, written last."""
     ctx = RunContext.of(config)
     plan = ctx.plan()
-    if plan is None:
-        return {"run_id": ctx.run_id, "published": False, "reason": "nothing planned"}
+    if plan is None:  # never a green end: nothing was published
+        raise ConfigError(f"run {ctx.run_id} has no plan under {ctx.root().uri}: nothing to publish (plan it first)")
     profile = ctx._setup.profile if ctx._setup is not None else load_profile(plan.profile)
     summary = finalize_run(ctx.root(), plan, profile, ctx.resolved_options().publish)
     return {"run_id": ctx.run_id, "published": True} | dataclasses.asdict(summary)
@@ -380,12 +418,16 @@ def run_generation(options: RunOptions) -> RunSummary:
     if not planned["shards"]:  # an incremental run that found nothing new: all of it is published
         elapsed = round(time.monotonic() - started, 2)
         provenance = [s.provenance() for s in infos]
-        return RunSummary(run_id, ctx.root().uri, 0, 0, 0, 0, 0, {}, {}, 0, None, provenance, elapsed)
-    generated = generate_step(ctx, servers, planned["shards"])
-    published = None
-    if not generated["pending"] and not generated["incomplete"]:
-        published = finalize_step(ctx)
-        published = {k: v for k, v in published.items() if k not in ("run_id", "published")}
+        nothing_new = f"{planned['reason']} ({ctx.root().uri}): nothing new to generate"
+        return RunSummary(
+            run_id, ctx.root().uri, 0, 0, 0, 0, 0, {}, {}, 0, None, provenance, elapsed, nothing_new=nothing_new
+        )
+    with ctx.heartbeat("run"):  # the process's claims live as long as it runs, publishing included
+        generated = generate_step(ctx, servers, planned["shards"])
+        published = None
+        if not generated["pending"] and not generated["incomplete"]:
+            published = finalize_step(ctx)
+            published = {k: v for k, v in published.items() if k not in ("run_id", "published")}
     return RunSummary(
         run_id=run_id,
         output=ctx.root().uri,
@@ -401,4 +443,5 @@ def run_generation(options: RunOptions) -> RunSummary:
         servers=[s.provenance() for s in infos],
         elapsed_s=round(time.monotonic() - started, 2),
         endpoints=generated["endpoints"],
+        incomplete=generated["incomplete"],
     )

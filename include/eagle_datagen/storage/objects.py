@@ -29,6 +29,7 @@ from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from eagle_datagen import settings
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.objectstore.s3 import describe_error, retry_transient, s3_client
 from eagle_datagen.storage.output_root import LocalOutputRoot, OutputRoot, S3OutputRoot, staged_file
@@ -38,7 +39,12 @@ PART_SIZE = 16 * 1024 * 1024
 
 
 class ObjectCollision(DataGenError):
-    """Another object is already committed at a key this run wants to write."""
+    """Another object is already committed at a key this run wants to write. The message names no front end's
+    setting: a caller that knows how its user writes elsewhere adds it (`for_run`)."""
+
+    def for_run(self, front_end: str) -> ObjectCollision:
+        """The collision with the way out of a run's user: a new run id, as the running front end says it."""
+        return ObjectCollision(f"{self}, or {settings.new_run_hint(front_end)}")
 
 
 @dataclass(frozen=True)
@@ -182,8 +188,8 @@ def _put_s3(root: S3OutputRoot, key: str, payload: _Payload) -> None:
                 if _same_object(*existing, payload, location):
                     return  # committed by an earlier attempt or run: nothing to do
                 raise ObjectCollision(
-                    f"{location} already holds other content: a committed object is never overwritten "
-                    "(use a new --run-id, or remove the stale object if you are sure it is garbage)"
+                    f"{location} already holds other content: a committed object is never overwritten; remove the "
+                    "stale object if you are sure it is garbage"
                 )
             try:
                 _upload_s3(bucket, full_key, payload)
@@ -220,8 +226,8 @@ def _put_local(root: LocalOutputRoot, key: str, payload: _Payload) -> None:
         except FileExistsError:
             if not _same_file(target, payload):
                 raise ObjectCollision(
-                    f"{target} already holds other content: a committed file is never overwritten "
-                    "(use a new --run-id, or remove the stale file if you are sure it is garbage)"
+                    f"{target} already holds other content: a committed file is never overwritten; remove the stale "
+                    "file if you are sure it is garbage"
                 ) from None
 
 

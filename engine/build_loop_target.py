@@ -9,11 +9,13 @@ The tiny model of the engine tests (build_tiny_model.py) cannot serve the loop a
 - **a greedy path decided by ties**. SGLang verifies greedily on the CPU whatever the temperature, so acceptance
   is measured on the target's argmax path; the tiny model's reasoning and answer ids are all equally likely, and
   its argmax after `</think>` is decided by a float tie (the lowest id), which no drafter can learn.
-  Here the reasoning ids fall into 8 groups of 125, and after a reasoning id of group g the *lead* (first id) of
-  group g + 1 (mod 8) has P = 0.35. The greedy path is then the cycle of the 8 leads (reasoning never ends under
-  greedy decoding: `</think>` has P = 1/40 < 0.35), which a drafter learns only from data that visits the
-  target's own reasoning: on-policy data does (about a third of its reasoning steps are lead steps); another
-  model's answers mostly do not.
+  Here the reasoning ids fall into 8 groups of 125, the first id of each being its *lead*; after a reasoning id of
+  group g, or after lead g, lead g + 1 (mod 8) has P = 0.35. The greedy path after `<think>` (group 0) is the cycle
+  of the 8 leads (reasoning never ends under greedy decoding: `</think>` has P = 1/40 < 0.35). Each lead is a class
+  of its own (its own embedding), so a drafter learns the step from one lead to the next only where its data has
+  the leads themselves: the target's own samples do (about a third of their reasoning steps are leads), another
+  model's text almost never (the stand-in's answers to the loop's prompts hold each lead 0-1 times in 5,000
+  tokens, although a third of their tokens are reasoning ids, which teach the step from a group to its lead).
 Sampled at temperature 1 it is the tiny model's chain: the same P(</think>) and P(<|im_end|>) after each reasoning
 id (so the same lengths, about 59 tokens, and 5.8% of samples without `</think>`), the same answers.
 
@@ -33,46 +35,60 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build_tiny_model as tiny  # noqa: E402  (beside this file, not a package)
 
 LAYERS = 4
-GROUPS = 8  # reasoning ids 300-1299 in groups of 125: group g is 300 + 125g .. 300 + 125g + 124
-P_LEAD = 0.35  # after a reasoning id of group g: the lead (first id) of group g + 1
-HOME = "sglang-loop-target"
-# Classes: THINKING_0..THINKING_7 (group g; <think> is in group 0), then ANSWER_START, ANSWERING, OTHER.
-ANSWER_START, ANSWERING, OTHER = GROUPS, GROUPS + 1, GROUPS + 2
+GROUPS = 8  # reasoning ids 300-1299 in groups of 125; group g's first id is its lead
 GROUP_SIZE = len(tiny.REASONING_IDS) // GROUPS
+LEADS = tuple(tiny.REASONING_IDS.start + g * GROUP_SIZE for g in range(GROUPS))  # 300, 425, ..., 1175
+P_LEAD = 0.35  # after a reasoning id of group g, or lead g: lead g + 1
+HOME = "sglang-loop-target"
+# Classes: GROUP_0..GROUP_7 (the other reasoning ids; <think> is in group 0), LEAD_0..LEAD_7, then ANSWER_START,
+# ANSWERING, OTHER.
+ANSWER_START, ANSWERING, OTHER = 2 * GROUPS, 2 * GROUPS + 1, 2 * GROUPS + 2
 
 
-def lead(group: int) -> int:
-    return tiny.REASONING_IDS.start + (group % GROUPS) * GROUP_SIZE
+def group_class(group: int) -> int:
+    return group
+
+
+def lead_class(group: int) -> int:
+    return GROUPS + group
 
 
 def greedy_cycle() -> list[int]:
-    """The target's argmax path through reasoning: the leads of groups 1, 2, ..., 7, 0, 1, ..."""
-    return [lead(g) for g in range(1, GROUPS + 1)]
+    """The target's argmax path through reasoning after <think>: lead 1, lead 2, ..., lead 7, lead 0, lead 1, ..."""
+    return [LEADS[(g + 1) % GROUPS] for g in range(GROUPS)]
 
 
 def token_classes() -> np.ndarray:
     classes = np.full(tiny.VOCAB_SIZE, OTHER, dtype=np.int64)
     reasoning = np.arange(tiny.REASONING_IDS.start, tiny.REASONING_IDS.stop)
-    classes[reasoning] = (reasoning - tiny.REASONING_IDS.start) // GROUP_SIZE
-    classes[tiny.THINK_START] = 0
+    classes[reasoning] = group_class((reasoning - tiny.REASONING_IDS.start) // GROUP_SIZE)
+    classes[tiny.THINK_START] = group_class(0)
+    for group, lead in enumerate(LEADS):
+        classes[lead] = lead_class(group)
     classes[list(tiny.ANSWER_IDS)] = ANSWERING
     classes[tiny.THINK_END] = ANSWER_START
     return classes
 
 
-def next_token_probabilities() -> np.ndarray:
-    """P(next id | class): the tiny model's rows, with the reasoning row split per group and a lead added."""
-    stock = tiny.next_token_probabilities()
-    table = np.empty((GROUPS + 3, tiny.VOCAB_SIZE), dtype=np.float64)
+def _with_lead(row: np.ndarray, lead: int) -> np.ndarray:
+    """The tiny model's reasoning row with P_LEAD moved from the reasoning ids to `lead`."""
     reasoning = list(tiny.REASONING_IDS)
+    row = row.copy()
+    row[reasoning] *= 1 - P_LEAD / row[reasoning].sum()
+    row[lead] += P_LEAD
+    return row
+
+
+def next_token_probabilities() -> np.ndarray:
+    """P(next id | class): the tiny model's rows, each reasoning row giving P_LEAD to the next group's lead."""
+    stock = tiny.next_token_probabilities()
+    table = np.empty((OTHER + 1, tiny.VOCAB_SIZE), dtype=np.float64)
     for group in range(GROUPS):
-        row = stock[tiny.THINKING].copy()
-        row[reasoning] *= 1 - P_LEAD / row[reasoning].sum()  # the reasoning mass, less the lead's share
-        row[lead(group + 1)] += P_LEAD
-        table[group] = row
+        row = _with_lead(stock[tiny.THINKING], LEADS[(group + 1) % GROUPS])
+        table[group_class(group)] = table[lead_class(group)] = row
     table[ANSWER_START] = stock[tiny.ANSWER_START]
     table[ANSWERING] = stock[tiny.ANSWERING]
-    table[OTHER] = table[0]  # a prompt that does not end in <think> still starts reasoning
+    table[OTHER] = table[group_class(0)]  # a prompt that does not end in <think> still starts reasoning
     return table
 
 
@@ -80,7 +96,7 @@ def build(target: Path, standin_dir: Path) -> None:
     tiny.build(
         target, standin_dir, layers=LAYERS, table=next_token_probabilities(), classes=token_classes(),
         description="The CPU loop's target: eagle-datagen's tiny model chain with 4 layers and a greedy path "
-        "(the leads of 8 reasoning groups), built by engine/build_loop_target.py. See docs/evaluation-cpu-loop.md.\n",
+        "(a cycle of 8 lead tokens), built by engine/build_loop_target.py. See docs/evaluation-cpu-loop.md.\n",
     )
 
 

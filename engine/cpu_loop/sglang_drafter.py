@@ -93,7 +93,7 @@ def convert(checkpoint: Path, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="sglang_drafter.py")
-    parser.add_argument("checkpoint", type=Path, help="a speculators checkpoint folder (config.json, model.safetensors)")
+    parser.add_argument("checkpoint", type=Path, help="a speculators checkpoint (config.json, model.safetensors)")
     parser.add_argument("out", type=Path, help="the SGLang drafter folder to write")
     args = parser.parse_args(argv)
     convert(args.checkpoint, args.out)

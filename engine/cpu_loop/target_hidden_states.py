@@ -11,7 +11,8 @@ num_layers the last layer's output). transformers 5 overwrites `hidden_states[-1
 unless `config.tie_last_hidden_states` is False, which is set below. SGLang numbers the same states one lower
 (engine/cpu_loop/sglang_drafter.py converts).
 
-Usage (.venv-speculators): python target_hidden_states.py TARGET_DIR DATA_DIR --aux-layers 1,2,3
+Usage (.venv-speculators): python target_hidden_states.py TARGET_DIR DATA_DIR [DATA_DIR ...] --aux-layers 1,2,3
+(several folders share one load of the target)
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from transformers import LlamaForCausalLM
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="target_hidden_states.py")
     parser.add_argument("target", type=Path, help="the target model folder (a LlamaForCausalLM)")
-    parser.add_argument("data", type=Path, help="a speculators data folder (eagle-datagen export --format speculators)")
+    parser.add_argument("data", type=Path, nargs="+",
+                        help="speculators data folders (eagle-datagen export --format speculators)")
     parser.add_argument("--aux-layers", required=True, help="speculators' aux layer ids, e.g. 1,2,3 (no default: "
                         "the usual [2, n/2, n-3] means nothing for a small target)")
     args = parser.parse_args(argv)
@@ -42,19 +44,26 @@ def main(argv: list[str] | None = None) -> None:
     layers = model.config.num_hidden_layers
     if not aux or min(aux) < 0 or max(aux) > layers:
         sys.exit(f"target_hidden_states.py: error: aux layer ids {aux} must lie in [0, {layers}]")
-    rows = load_from_disk(str(args.data)).with_format(None)
-    out = args.data / "hidden_states"
+    for data in args.data:
+        rows, tokens = write_hidden_states(model, data, [*aux, layers])
+        print(f"hidden states of {rows} rows of {data} ({tokens} tokens, layers {aux} + {layers}) in "
+              f"{time.monotonic() - began:.1f}s", flush=True)
+
+
+def write_hidden_states(model, data: Path, layer_ids: list[int]) -> tuple[int, int]:
+    rows = load_from_disk(str(data)).with_format(None)
+    out = data / "hidden_states"
     out.mkdir(exist_ok=True)
     tokens = 0
     with torch.inference_mode():
         for index, ids in enumerate(rows["input_ids"]):
             token_ids = torch.tensor(ids, dtype=torch.long)
             states = model.model(input_ids=token_ids[None], output_hidden_states=True).hidden_states
-            picked = torch.stack([states[k][0] for k in [*aux, layers]], dim=1)  # [seq, len(aux) + 1, hidden]
-            save_file({"hidden_states": picked.contiguous(), "token_ids": token_ids}, str(out / f"hs_{index}.safetensors"))
+            picked = torch.stack([states[k][0] for k in layer_ids], dim=1)  # [seq, len(layer_ids), hidden]
+            tensors = {"hidden_states": picked.contiguous(), "token_ids": token_ids}
+            save_file(tensors, str(out / f"hs_{index}.safetensors"))
             tokens += len(ids)
-    print(f"hidden states of {len(rows)} rows ({tokens} tokens, layers {aux} + {layers}) in "
-          f"{time.monotonic() - began:.1f}s", flush=True)
+    return len(rows), tokens
 
 
 if __name__ == "__main__":

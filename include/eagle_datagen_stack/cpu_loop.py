@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,7 @@ class LoopSettings:
 class LoopResult:
     reports: dict[str, dict[str, Any]]  # drafter label -> evaluation report (schema eagle-datagen/evaluation/v1)
     seconds: dict[str, float]  # step -> wall seconds
+    cpu_seconds: dict[str, float]  # step -> CPU seconds of this process and every process it started and reaped
     peak_memory_bytes: int
     settings: LoopSettings
 
@@ -108,14 +110,17 @@ class LoopRun:
         self.work = settings.work
         self.logs = settings.work / "logs"
         self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
-        began = time.monotonic()
+        """Times a step: wall seconds, and CPU seconds (a measure that other jobs on the machine do not inflate)."""
+        began, cpu = time.monotonic(), cpu_seconds()
         print(f"[eval-loop] {name} ...", flush=True)
         yield
         self.seconds[name] = time.monotonic() - began
-        print(f"[eval-loop] {name}: {self.seconds[name]:.0f}s", flush=True)
+        self.cpu_seconds[name] = cpu_seconds() - cpu
+        print(f"[eval-loop] {name}: {self.seconds[name]:.0f}s ({self.cpu_seconds[name]:.0f} CPU-s)", flush=True)
 
     def cli(self, name: str, *args: str) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -189,7 +194,8 @@ class LoopRun:
                 finally:
                     for server in pair:
                         server.stop()
-        result = LoopResult({label: reports[label] for label in DRAFTERS}, self.seconds, memory.peak_bytes, s)
+        reports = {label: reports[label] for label in DRAFTERS}
+        result = LoopResult(reports, self.seconds, self.cpu_seconds, memory.peak_bytes, s)
         (self.work / "loop-result.json").write_text(json.dumps(result_json(result), indent=2) + "\n")
         return result
 
@@ -221,6 +227,13 @@ class LoopRun:
 
     def evaluate(self, url: str, request: EvalRequest, label: str) -> dict[str, Any]:
         return evaluate_drafter(url, request, label, self.work / "evaluations" / f"{label}.json")
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process and of the children it has reaped (a server's processes count once
+    stopped, as far as their leader reaped them)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def build_loop_target() -> Path:
@@ -258,14 +271,16 @@ def format_table(result: LoopResult) -> str:
     s = result.settings
     head = (f"accept length, held-out prompts (3 draft steps, top-k 1: at most 4), mean [95% interval]; "
             f"drafters trained {s.train.steps} steps")
-    costs = ", ".join(f"{name.split(':')[0]} {seconds:.0f}s" for name, seconds in result.seconds.items())
-    return "\n".join([head, *lines, f"took {sum(result.seconds.values()):.0f}s ({costs}); "
+    costs = ", ".join(f"{name.split(' (')[0].split(':')[0]} {seconds:.0f}s" for name, seconds in result.seconds.items())
+    return "\n".join([head, *lines, f"took {sum(result.seconds.values()):.0f}s, "
+                      f"{sum(result.cpu_seconds.values()):.0f} CPU-s ({costs}); "
                       f"peak memory {result.peak_memory_bytes / 2**30:.1f} GiB"])
 
 
 def result_json(result: LoopResult) -> dict[str, Any]:
     settings = asdict(result.settings)
-    return {"reports": result.reports, "seconds": result.seconds, "peak_memory_bytes": result.peak_memory_bytes,
+    return {"reports": result.reports, "seconds": result.seconds, "cpu_seconds": result.cpu_seconds,
+            "peak_memory_bytes": result.peak_memory_bytes,
             "settings": json.loads(json.dumps(settings, default=str))}
 
 

@@ -8,16 +8,17 @@ The tiny model of the engine tests (build_tiny_model.py) cannot serve the loop a
   (the layers still add nothing: o_proj and down_proj are zero, as in the tiny model);
 - **a greedy path decided by ties**. SGLang verifies greedily on the CPU whatever the temperature, so acceptance
   is measured on the target's argmax path; the tiny model's reasoning and answer ids are all equally likely, and
-  its argmax after `</think>` is decided by a float tie (the lowest id), which no drafter can learn.
-  Here the reasoning ids fall into 8 groups of 125, the first id of each being its *lead*; after a reasoning id of
-  group g, or after lead g, lead g + 1 (mod 8) has P = 0.35. The greedy path after `<think>` (group 0) is the cycle
-  of the 8 leads (reasoning never ends under greedy decoding: `</think>` has P = 1/40 < 0.35). Each lead is a class
-  of its own (its own embedding), so a drafter learns the step from one lead to the next only where its data has
-  the leads themselves: the target's own samples do (about a third of their reasoning steps are leads), another
-  model's text almost never (the stand-in's answers to the loop's prompts hold each lead 0-1 times in 5,000
-  tokens, although a third of their tokens are reasoning ids, which teach the step from a group to its lead).
+  its argmax after `</think>` is decided by a float tie (the lowest id), which no drafter can learn. Here the
+  reasoning ids fall into 8 groups of 125, the first id of each being its *lead*: after a reasoning id of group g,
+  or after lead g, lead g + 1 (mod 8) has P = 0.35, and after `</think>` the first answer id (1400) has P = 0.35.
+  The greedy path after `<think>` (group 0) is the cycle of the 8 leads (reasoning never ends under greedy
+  decoding: `</think>` has P = 1/40 < 0.35). Each lead is a class of its own (its own embedding), so a drafter
+  learns the step from one lead to the next only where its data has the leads themselves: the target's own
+  samples do (about a third of their reasoning steps are leads), another model's text almost never (the
+  stand-in's answers to the loop's prompts hold each lead 0-1 times in 5,000 tokens, although a third of their
+  tokens are reasoning ids, which teach the step from a group to its lead).
 Sampled at temperature 1 it is the tiny model's chain: the same P(</think>) and P(<|im_end|>) after each reasoning
-id (so the same lengths, about 59 tokens, and 5.8% of samples without `</think>`), the same answers.
+and answer id (so the same lengths, about 59 tokens, and 5.8% of samples without `</think>`).
 
 Usage (the project's .venv): python engine/build_loop_target.py [CACHE] prints the model directory,
 `<cache>/sglang-loop-target/Kimi-K2.5`; rebuilt only when this file, build_tiny_model.py or the stand-in changed.
@@ -38,7 +39,8 @@ LAYERS = 4
 GROUPS = 8  # reasoning ids 300-1299 in groups of 125; group g's first id is its lead
 GROUP_SIZE = len(tiny.REASONING_IDS) // GROUPS
 LEADS = tuple(tiny.REASONING_IDS.start + g * GROUP_SIZE for g in range(GROUPS))  # 300, 425, ..., 1175
-P_LEAD = 0.35  # after a reasoning id of group g, or lead g: lead g + 1
+P_LEAD = 0.35  # after a reasoning id of group g, or lead g: lead g + 1; after </think>: the first answer id
+ANSWER_LEAD = tiny.ANSWER_IDS.start
 HOME = "sglang-loop-target"
 # Classes: GROUP_0..GROUP_7 (the other reasoning ids; <think> is in group 0), LEAD_0..LEAD_7, then ANSWER_START,
 # ANSWERING, OTHER.
@@ -70,11 +72,11 @@ def token_classes() -> np.ndarray:
     return classes
 
 
-def _with_lead(row: np.ndarray, lead: int) -> np.ndarray:
-    """The tiny model's reasoning row with P_LEAD moved from the reasoning ids to `lead`."""
-    reasoning = list(tiny.REASONING_IDS)
+def _with_lead(row: np.ndarray, lead: int, among: range = tiny.REASONING_IDS) -> np.ndarray:
+    """A tiny model's row with P_LEAD moved from the ids `among` to `lead`."""
+    ids = list(among)
     row = row.copy()
-    row[reasoning] *= 1 - P_LEAD / row[reasoning].sum()
+    row[ids] *= 1 - P_LEAD / row[ids].sum()
     row[lead] += P_LEAD
     return row
 
@@ -86,7 +88,7 @@ def next_token_probabilities() -> np.ndarray:
     for group in range(GROUPS):
         row = _with_lead(stock[tiny.THINKING], LEADS[(group + 1) % GROUPS])
         table[group_class(group)] = table[lead_class(group)] = row
-    table[ANSWER_START] = stock[tiny.ANSWER_START]
+    table[ANSWER_START] = _with_lead(stock[tiny.ANSWER_START], ANSWER_LEAD, tiny.ANSWER_IDS)
     table[ANSWERING] = stock[tiny.ANSWERING]
     table[OTHER] = table[group_class(0)]  # a prompt that does not end in <think> still starts reasoning
     return table

@@ -10,7 +10,8 @@ The CPU loop (cpu_loop.py) measures each drafter through `evaluate_drafter`, the
   same keys the command's report has (schema eagle-datagen/evaluation/v1): per category and overall, `requests`,
   `failed`, `output_tokens`, and `accept_length` / `accept_rate` as {"mean", "ci95"}, a prompt's value being the
   mean of its requests and the interval a 95% Student-t interval over prompts. A failed request is counted in
-  `failed`, never averaged in.
+  `failed`, never averaged in; an answer without a verify step (its first token, from the prefill, ended it:
+  SGLang then gives no spec_* keys) is counted in `unverified` and has no accept length either.
 """
 
 from __future__ import annotations
@@ -91,14 +92,15 @@ def read_acceptance(url: str, prompts: Sequence[tuple[str, list[int]]], request:
     sampling = {"max_new_tokens": request.max_new_tokens, "temperature": request.temperature, "top_p": request.top_p}
     with requests.Session() as session:
         def send(prompt: tuple[str, list[int]]) -> tuple[str, dict[str, Any] | None]:
+            """(category, meta_info), None for a failed request."""
             category, ids = prompt
             try:
                 answer = session.post(f"{url}/generate", json={"input_ids": ids, "sampling_params": sampling},
                                       timeout=600)
-                meta = answer.json().get("meta_info", {}) if answer.status_code == 200 else {}
+                meta = answer.json().get("meta_info") if answer.status_code == 200 else None
             except (requests.RequestException, ValueError):
-                meta = {}
-            return category, meta if "spec_accept_length" in meta else None
+                meta = None
+            return category, meta if isinstance(meta, dict) else None
 
         with ThreadPoolExecutor(max_workers=request.concurrency) as pool:
             answers = list(pool.map(send, prompts))
@@ -109,20 +111,31 @@ def read_acceptance(url: str, prompts: Sequence[tuple[str, list[int]]], request:
 
 
 def aggregate(metas: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
-    """One prompt per request here, so a prompt's value is its request's; failures (None) are only counted."""
+    """One prompt per request here, so a prompt's value is its request's; failures (None) and answers without a
+    verify step are only counted."""
     answered = [meta for meta in metas if meta is not None]
+    verified = [meta for meta in answered if "spec_accept_length" in meta]
     return {
         "requests": len(metas),
         "failed": len(metas) - len(answered),
+        "unverified": len(answered) - len(verified),
         "output_tokens": sum(int(meta.get("completion_tokens", 0)) for meta in answered),
-        "accept_length": mean_ci95([float(meta["spec_accept_length"]) for meta in answered]),
-        "accept_rate": mean_ci95([float(meta["spec_accept_rate"]) for meta in answered]),
+        "accept_length": mean_ci95([float(meta["spec_accept_length"]) for meta in verified]),
+        "accept_rate": mean_ci95([float(meta["spec_accept_rate"]) for meta in verified]),
     }
 
 
-# Two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom; 1.96 beyond.
+# The 97.5% quantile of Student's t for 1..30 degrees of freedom (tables), beyond by its Cornish-Fisher expansion.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_Z975 = 1.959964
+
+
+def t975(degrees: int) -> float:
+    if degrees <= len(_T975):
+        return _T975[degrees - 1]
+    z, v = _Z975, float(degrees)
+    return z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
 
 
 def mean_ci95(values: Sequence[float]) -> dict[str, Any]:
@@ -132,6 +145,5 @@ def mean_ci95(values: Sequence[float]) -> dict[str, Any]:
     mean = statistics.fmean(values)
     if len(values) < 2:
         return {"mean": mean, "ci95": [mean, mean]}
-    t = _T975[len(values) - 2] if len(values) - 1 <= len(_T975) else 1.96
-    half = t * statistics.stdev(values) / math.sqrt(len(values))
+    half = t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return {"mean": mean, "ci95": [mean - half, mean + half]}

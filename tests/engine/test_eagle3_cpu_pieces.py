@@ -120,6 +120,10 @@ def test_loop_target_has_a_greedy_cycle_of_leads_and_samples_like_the_tiny_model
         path.append(token)
     assert path == 2 * target.greedy_cycle()
     assert len({classes[lead] for lead in target.LEADS}) == target.GROUPS  # each lead a class of its own
+    # an answer begun at temperature 1 goes on greedily without a tie too: </think> -> the answer lead -> <|im_end|>
+    answer = table[classes[tiny.THINK_END]]
+    assert int(np.argmax(answer)) == target.ANSWER_LEAD and np.sort(answer)[-2] * 10 < answer.max()
+    assert int(np.argmax(table[classes[target.ANSWER_LEAD]])) == tiny.IM_END
     # sampled, each reasoning row ends reasoning as the tiny model's does
     stock = tiny.next_token_probabilities()[tiny.THINKING]
     for row in table[: 2 * target.GROUPS]:

@@ -15,7 +15,7 @@ without a GPU:
    each checkpoint converted to the layout SGLang serves (drafter_training.py, engine/cpu_loop/);
 4. the real SGLang serving the target with each drafter (`--speculative-algorithm EAGLE3`, 3 steps, top-k 1),
    measured on the held-out prompts (acceptance.evaluate_drafter): accept length per category with 95% intervals.
-At most two SGLang servers run at once; the random drafter's server starts while the off-policy drafter trains.
+At most two SGLang servers run at once; each drafter's server starts while the next drafter trains (on one core).
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -40,6 +39,7 @@ from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen_stack import drafter_training as side
 from eagle_datagen_stack.acceptance import EvalRequest, evaluate_drafter
+from eagle_datagen_stack.process_tree import TreeUsage
 from eagle_datagen_stack.sglang_engine import (
     PROJECT,
     Drafter,
@@ -47,9 +47,7 @@ from eagle_datagen_stack.sglang_engine import (
     SGLangServer,
     cache_root,
     missing_engine,
-    start_side_by_side,
 )
-from eagle_datagen_stack.tree_memory import TreeMemory
 
 CLI = [sys.executable, "-m", "eagle_datagen.cli"]
 DEMO_PROMPTS = PROJECT / "include" / "data" / "demo_prompts"
@@ -77,7 +75,7 @@ class LoopSettings:
 class LoopResult:
     reports: dict[str, dict[str, Any]]  # drafter label -> evaluation report (schema eagle-datagen/evaluation/v1)
     seconds: dict[str, float]  # step -> wall seconds
-    cpu_seconds: dict[str, float]  # step -> CPU seconds of this process and every process it started and reaped
+    cpu_seconds: dict[str, float]  # step -> CPU seconds of this process and every process under it (servers too)
     peak_memory_bytes: int
     settings: LoopSettings
 
@@ -102,11 +100,33 @@ def split_prompts(settings: LoopSettings) -> tuple[Path, Path]:
     return paths
 
 
+class BackgroundServer:
+    """An SGLang server starting in a thread from construction on; `url()` waits until it answers. `stop()` (any
+    number of times) waits for its start to end, then stops it, so nothing is left behind whatever failed."""
+
+    def __init__(self, server: SGLangServer) -> None:
+        self.server = server
+        self._pool = ThreadPoolExecutor(1)
+        self._starting = self._pool.submit(server.start)
+
+    def url(self) -> str:
+        return self._starting.result().url
+
+    def stop(self) -> None:
+        try:
+            self._starting.result()
+        except BaseException:  # noqa: BLE001 - its error was raised by url(), or the loop's own error is the one
+            pass
+        self.server.stop()
+        self._pool.shutdown()
+
+
 class LoopRun:
     """One run of the loop under settings.work (removed and made again)."""
 
     def __init__(self, settings: LoopSettings) -> None:
         self.settings = settings
+        self.usage = TreeUsage()
         self.work = settings.work
         self.logs = settings.work / "logs"
         self.seconds: dict[str, float] = {}
@@ -115,11 +135,11 @@ class LoopRun:
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
         """Times a step: wall seconds, and CPU seconds (a measure that other jobs on the machine do not inflate)."""
-        began, cpu = time.monotonic(), cpu_seconds()
+        began, cpu = time.monotonic(), self.usage.cpu_seconds()
         print(f"[eval-loop] {name} ...", flush=True)
         yield
         self.seconds[name] = time.monotonic() - began
-        self.cpu_seconds[name] = cpu_seconds() - cpu
+        self.cpu_seconds[name] = self.usage.cpu_seconds() - cpu
         print(f"[eval-loop] {name}: {self.seconds[name]:.0f}s ({self.cpu_seconds[name]:.0f} CPU-s)", flush=True)
 
     def cli(self, name: str, *args: str) -> None:
@@ -159,43 +179,50 @@ class LoopRun:
 
     def run(self) -> LoopResult:
         s = self.settings
-        with TreeMemory() as memory:
+        with self.usage as usage:
             with self.step("prepare: target, prompt split"):
                 target = s.target or build_loop_target()
                 layers = json.loads((target / "config.json").read_text())["num_hidden_layers"]
                 aux = list(s.aux_layers or side.aux_layer_ids(layers))
                 training, heldout = split_prompts(s)
             with self.step("generate: on-policy (real SGLang) and off-policy (serve-sim)"):
-                with self.started_in_background(self.server(target, "sglang-target")) as plain:
+                plain = BackgroundServer(self.server(target, "sglang-target"))  # starts while serve-sim answers
+                try:
                     self.off_policy_run(training)
-                    self.generate(plain().url, training, "onpolicy")
+                    self.generate(plain.url(), training, "onpolicy")
+                finally:
+                    plain.stop()
             with self.step("export and target hidden states"):
                 on_data, off_data = self.export("onpolicy"), self.export("offpolicy")
                 side.target_hidden_states(target, [on_data, off_data], aux, self.logs / "hidden-states.log")
-            trained = {"on-policy": on_data, "off-policy": off_data}
             request = EvalRequest(heldout, s.tokenizer, s.trust_remote_code, s.eval_max_new_tokens)
-            reports = {}
+            reports: dict[str, dict[str, Any]] = {}
             with self.step("random drafter (untrained)"):
                 self.drafter(target, on_data, on_data, aux, "random")
-            with self.step(f"train on-policy drafter ({s.train.steps} steps)"):
-                self.drafter(target, on_data, on_data, aux, "on-policy")
-            # The random drafter's server starts while the off-policy drafter trains (it sleeps when idle).
-            with self.started_in_background(self.server(target, "sglang-random", self.drafters / "random")) as served:
+            # Training runs on one core: each drafter's server starts on the other while the next step runs, and at
+            # most two run at once (random and on-policy, then on-policy and off-policy).
+            servers: list[BackgroundServer] = []
+            try:
+                servers.append(random_drafter := self.background(target, "random"))
+                with self.step(f"train on-policy drafter ({s.train.steps} steps)"):
+                    self.drafter(target, on_data, on_data, aux, "on-policy")
+                servers.append(on_policy := self.background(target, "on-policy"))
                 with self.step(f"train off-policy drafter ({s.train.steps} steps)"):
                     self.drafter(target, off_data, on_data, aux, "off-policy")
                 with self.step("evaluate random drafter"):
-                    reports["random"] = self.evaluate(served().url, request, "random")
-            with self.step("evaluate off-policy and on-policy drafters"):
-                pair = [self.server(target, f"sglang-{label}", self.drafters / label) for label in trained]
-                start_side_by_side(pair)
-                try:
-                    for label, server in zip(trained, pair, strict=True):
-                        reports[label] = self.evaluate(server.url, request, label)
-                finally:
-                    for server in pair:
-                        server.stop()
+                    reports["random"] = self.evaluate(random_drafter.url(), request, "random")
+                random_drafter.stop()
+                servers.append(off_policy := self.background(target, "off-policy"))
+                with self.step("evaluate on-policy drafter"):
+                    reports["on-policy"] = self.evaluate(on_policy.url(), request, "on-policy")
+                on_policy.stop()
+                with self.step("evaluate off-policy drafter"):
+                    reports["off-policy"] = self.evaluate(off_policy.url(), request, "off-policy")
+            finally:
+                for server in servers:
+                    server.stop()
         reports = {label: reports[label] for label in DRAFTERS}
-        result = LoopResult(reports, self.seconds, self.cpu_seconds, memory.peak_bytes, s)
+        result = LoopResult(reports, self.seconds, self.cpu_seconds, usage.peak_bytes, s)
         (self.work / "loop-result.json").write_text(json.dumps(result_json(result), indent=2) + "\n")
         return result
 
@@ -210,30 +237,11 @@ class LoopRun:
         log = self.logs / f"train-{label}.log"
         return make(target, data, vocab, s.draft_vocab_size, aux, checkpoint, s.train, self.drafters / label, log)
 
-    @contextmanager
-    def started_in_background(self, server: SGLangServer) -> Iterator[Callable[[], SGLangServer]]:
-        """Start `server` in a thread while the block runs; `wait()` inside the block waits until it answers. Stopped
-        at the end of the block, however it ends (after its start has returned, so nothing is left behind)."""
-        with ThreadPoolExecutor(1) as pool:
-            starting = pool.submit(server.start)
-            try:
-                yield starting.result
-            finally:
-                try:
-                    starting.result()
-                except BaseException:  # noqa: BLE001 - the block's own error, if any, is the one to raise
-                    pass
-                server.stop()
+    def background(self, target: Path, label: str) -> BackgroundServer:
+        return BackgroundServer(self.server(target, f"sglang-{label}", self.drafters / label))
 
     def evaluate(self, url: str, request: EvalRequest, label: str) -> dict[str, Any]:
         return evaluate_drafter(url, request, label, self.work / "evaluations" / f"{label}.json")
-
-
-def cpu_seconds() -> float:
-    """User + system CPU of this process and of the children it has reaped (a server's processes count once
-    stopped, as far as their leader reaped them)."""
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
 
 
 def build_loop_target() -> Path:

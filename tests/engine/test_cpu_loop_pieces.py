@@ -1,13 +1,17 @@
-"""The CPU loop's measuring side without servers: the meta_info reader against a stand-in /generate that answers
-known per-request spec metrics (means and intervals equal those computed from what it returned, failures counted
-and never averaged in), the switch to `eagle-datagen evaluate`, the held-out split and the table."""
+"""The CPU loop's pieces without SGLang: the meta_info reader against a stand-in /generate that answers known
+per-request spec metrics (means and intervals equal those computed from what it returned, failures counted and
+never averaged in), the switch to the evaluate command, the held-out split, the table, and the process-tree
+usage the loop reports."""
 
 from __future__ import annotations
 
 import json
 import math
 import statistics
+import subprocess
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -15,6 +19,7 @@ import pytest
 from eagle_datagen_stack import acceptance
 from eagle_datagen_stack.acceptance import EvalRequest, mean_ci95, read_acceptance, t975
 from eagle_datagen_stack.cpu_loop import LoopResult, LoopSettings, format_table, split_prompts
+from eagle_datagen_stack.process_tree import TreeUsage
 
 # prompt id (its first token) -> the spec_accept_length the server answers; None: a 500; 0: an answer of one token
 # (the prefill's), which has no verify step and no spec_* keys
@@ -149,3 +154,15 @@ def test_table_has_a_row_per_category_and_a_column_per_drafter(tmp_path):
     assert lines[2].startswith("chat (6)") and "3.90 [3.80, 4.00]" in lines[2] and "1.05 [0.95, 1.15]" in lines[2]
     assert lines[4].startswith("overall (12)")
     assert "peak memory 3.0 GiB" in lines[-1]
+
+
+def test_tree_usage_counts_a_child_that_has_ended():
+    burn = ("import time\nheld = b'x' * (80 * 2**20)\nend = time.process_time() + 1.0\n"
+            "while time.process_time() < end: pass")
+    with TreeUsage(every_s=0.1) as usage:
+        before = usage.cpu_seconds()
+        subprocess.run([sys.executable, "-c", burn], check=True)
+        time.sleep(0.2)
+        spent = usage.cpu_seconds() - before
+    assert 0.8 <= spent <= 3.0, spent  # the child's second (the last tenth of a second may be missed)
+    assert usage.peak_bytes >= 80 * 2**20

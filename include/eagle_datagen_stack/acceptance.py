@@ -11,7 +11,9 @@ The CPU loop (cpu_loop.py) measures each drafter through `evaluate_drafter`, the
   `failed`, `output_tokens`, and `accept_length` / `accept_rate` as {"mean", "ci95"}, a prompt's value being the
   mean of its requests and the interval a 95% Student-t interval over prompts. A failed request is counted in
   `failed`, never averaged in; an answer without a verify step (its first token, from the prefill, ended it:
-  SGLang then gives no spec_* keys) is counted in `unverified` and has no accept length either.
+  SGLang then gives no spec_* keys) is counted in `unverified` and has no accept length either. The per-request
+  records it aggregates are kept in the report (`records`: category, prompt, the spec_* metrics, the output ids),
+  so that any figure can be recomputed from them.
 """
 
 from __future__ import annotations
@@ -91,23 +93,27 @@ def read_acceptance(url: str, prompts: Sequence[tuple[str, list[int]]], request:
     """Send every prompt once to `url`'s /generate and aggregate its spec_* metrics per category."""
     sampling = {"max_new_tokens": request.max_new_tokens, "temperature": request.temperature, "top_p": request.top_p}
     with requests.Session() as session:
-        def send(prompt: tuple[str, list[int]]) -> tuple[str, dict[str, Any] | None]:
-            """(category, meta_info), None for a failed request."""
+        def send(prompt: tuple[str, list[int]]) -> tuple[str, dict[str, Any] | None, list[int] | None]:
+            """(category, meta_info, output ids); None, None for a failed request."""
             category, ids = prompt
             try:
                 answer = session.post(f"{url}/generate", json={"input_ids": ids, "sampling_params": sampling},
                                       timeout=600)
-                meta = answer.json().get("meta_info") if answer.status_code == 200 else None
+                body = answer.json() if answer.status_code == 200 else {}
             except (requests.RequestException, ValueError):
-                meta = None
-            return category, meta if isinstance(meta, dict) else None
+                body = {}
+            meta = body.get("meta_info") if isinstance(body, dict) else None
+            return (category, meta, body.get("output_ids")) if isinstance(meta, dict) else (category, None, None)
 
         with ThreadPoolExecutor(max_workers=request.concurrency) as pool:
             answers = list(pool.map(send, prompts))
-    categories = sorted({category for category, _ in answers})
-    per_category = {c: aggregate([meta for category, meta in answers if category == c]) for c in categories}
+    categories = sorted({category for category, _, _ in answers})
+    per_category = {c: aggregate([meta for category, meta, _ in answers if category == c]) for c in categories}
+    records = [{"category": category, "prompt": index, "failed": meta is None, "output_ids": output,
+                **{key: value for key, value in (meta or {}).items() if key.startswith("spec_")}}
+               for index, (category, meta, output) in enumerate(answers)]
     return {"schema": SCHEMA, "label": label, "categories": per_category,
-            "overall": aggregate([meta for _, meta in answers])}
+            "overall": aggregate([meta for _, meta, _ in answers]), "records": records}
 
 
 def aggregate(metas: Sequence[dict[str, Any] | None]) -> dict[str, Any]:

@@ -73,6 +73,9 @@ def test_reader_aggregates_what_the_server_answered_per_category(server, tmp_pat
     assert in_math["accept_rate"]["mean"] == pytest.approx(statistics.fmean((v - 1) / 3 for v in values))
     assert report["overall"]["requests"] == 7 and report["overall"]["failed"] == 1
     assert report["overall"]["accept_length"]["mean"] == pytest.approx(statistics.fmean([3.5, 2, 4, 1, 1.5]))
+    records = report["records"]  # kept, so that every figure can be recomputed from them
+    assert [r["spec_accept_length"] for r in records if "spec_accept_length" in r] == [3.5, 2.0, 4.0, 1.0, 1.5]
+    assert [r["failed"] for r in records] == [False] * 6 + [True]
 
 
 def test_intervals_match_student_t_and_degenerate_cases():

@@ -40,7 +40,8 @@ def missing_side_environment() -> str | None:
 
 def aux_layer_ids(num_layers: int) -> list[int]:
     """Three distinct speculators ids SGLang can also capture (it cannot take the last layer's output): for four or
-    more layers the outputs of layers 0, n/2 - 1 and n - 2; fewer layers give fewer (EAGLE-3 takes any number)."""
+    more layers the outputs of layers 0, n/2 - 1 and n - 2. A smaller target gets the embeddings and every layer
+    output but the last (SGLang id -1 is the embeddings; not tried with a server here)."""
     if num_layers >= 4:
         return [1, num_layers // 2, num_layers - 1]
     return list(range(num_layers))

@@ -14,7 +14,7 @@ SGLANG_PINS := engine/requirements.txt engine/requirements-nodeps.txt engine/con
 SGLANG_HASH := $(shell cat $(SGLANG_PINS) | sha256sum | cut -c1-16)
 SGLANG_STAMP := $(SGLANG_VENV)/.installed-$(SGLANG_HASH)
 
-.PHONY: venv sglang sglang-serve speculators-env browser compose test test-fast demo demo-cli demo-multiturn airflow lint bench constraints clean
+.PHONY: venv sglang sglang-serve speculators-env eval-loop browser compose test test-fast demo demo-cli demo-multiturn airflow lint bench constraints clean
 
 venv: $(STAMP)
 
@@ -60,6 +60,11 @@ $(SPECULATORS_STAMP): $(SPECULATORS_PINS)
 	$(SPECULATORS_VENV)/bin/python -m pip install --quiet --no-deps speculators==0.9.0 hs-connectors==0.9.0
 	$(SPECULATORS_VENV)/bin/python -m pip install --quiet -r $(SPECULATORS_PINS)
 	@touch $@
+
+# The loop closed on the CPU: on-policy data -> EAGLE-3 drafter -> accept length in the real SGLang, against a random
+# and an off-policy drafter; prints the table (docs/evaluation-cpu-loop.md). About 6-9 minutes on 2 cores.
+eval-loop: sglang speculators-env  ## train drafters on on-policy and off-policy data on the CPU, print accept lengths
+	$(BIN)/python -m eagle_datagen_stack.cpu_loop --work .eval-loop
 
 # Debian's Chromium for the browser test of the Airflow UI (tests/stack/test_browser_ui.py); Playwright's own
 # browser download cannot work here (no access beyond the package registries).
@@ -109,4 +114,4 @@ constraints: venv  ## re-pin the full dependency tree after changing requirement
 	  $(BIN)/python -m pip freeze --exclude-editable | grep -v '^eagle-datagen' ) > constraints.txt
 
 clean:
-	rm -rf .demo .demo-cli .demo-multiturn .pytest_cache .ruff_cache
+	rm -rf .demo .demo-cli .demo-multiturn .eval-loop .pytest_cache .ruff_cache

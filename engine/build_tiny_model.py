@@ -86,12 +86,17 @@ def token_classes() -> np.ndarray:
     return classes
 
 
-def build_weights(seed: int = 0) -> dict[str, np.ndarray]:
+def build_weights(seed: int = 0, *, layers: int = LAYERS, table: np.ndarray | None = None,
+                  classes: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The weights of a chain: `table` (P(next id | class), one row per class) over `classes` (the class of every
+    id); by default this model's own. engine/build_loop_target.py builds a variant with other rows and more layers."""
     rng = np.random.default_rng(seed)
+    table = next_token_probabilities() if table is None else table
+    classes = token_classes() if classes is None else classes
     embed = np.zeros((VOCAB_SIZE, HIDDEN), dtype=np.float32)
-    embed[np.arange(VOCAB_SIZE), token_classes()] = 1.0
+    embed[np.arange(VOCAB_SIZE), classes] = 1.0
     lm_head = np.zeros((VOCAB_SIZE, HIDDEN), dtype=np.float32)
-    lm_head[:, :CLASSES] = (np.log(next_token_probabilities()).T / math.sqrt(HIDDEN)).astype(np.float32)
+    lm_head[:, : table.shape[0]] = (np.log(table).T / math.sqrt(HIDDEN)).astype(np.float32)
 
     def small(rows: int, cols: int) -> np.ndarray:  # real arithmetic on the way, zeroed by o_proj/down_proj
         return rng.normal(0.0, 0.02, size=(rows, cols)).astype(np.float32)
@@ -101,7 +106,7 @@ def build_weights(seed: int = 0) -> dict[str, np.ndarray]:
         "lm_head.weight": lm_head,
         "model.norm.weight": np.ones(HIDDEN, dtype=np.float32),
     }
-    for layer in range(LAYERS):
+    for layer in range(layers):
         prefix = f"model.layers.{layer}"
         weights |= {
             f"{prefix}.input_layernorm.weight": np.ones(HIDDEN, dtype=np.float32),
@@ -117,7 +122,7 @@ def build_weights(seed: int = 0) -> dict[str, np.ndarray]:
     return weights
 
 
-def model_config() -> dict:
+def model_config(layers: int = LAYERS) -> dict:
     # `architectures` is required: without it SGLang cannot pick a model class and fails to load.
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -125,7 +130,7 @@ def model_config() -> dict:
         "vocab_size": VOCAB_SIZE,
         "hidden_size": HIDDEN,
         "intermediate_size": INTERMEDIATE,
-        "num_hidden_layers": LAYERS,
+        "num_hidden_layers": layers,
         "num_attention_heads": HEADS,
         "num_key_value_heads": HEADS,
         "head_dim": HIDDEN // HEADS,
@@ -155,19 +160,23 @@ def check_ids_are_ordinary(tokenizer_dir: Path) -> None:
         raise SystemExit(f"build_tiny_model: ids {missing[:5]}... are not in the stand-in tokenizer: choose others")
 
 
-def fingerprint(standin_dir: Path) -> str:
+def fingerprint(standin_dir: Path, sources: tuple[Path, ...] = ()) -> str:
     digest = hashlib.sha256(Path(__file__).read_bytes())
+    for source in sources:
+        digest.update(source.read_bytes())
     digest.update(standin_dir.name.encode())  # the stand-in's own build fingerprint
     return digest.hexdigest()[:16]
 
 
-def build(target: Path, standin_dir: Path) -> None:
+def build(target: Path, standin_dir: Path, *, layers: int = LAYERS, table: np.ndarray | None = None,
+          classes: np.ndarray | None = None, description: str | None = None) -> None:
     from safetensors.numpy import save_file
 
     check_ids_are_ordinary(standin_dir)
     target.mkdir(parents=True)
-    save_file(build_weights(), str(target / "model.safetensors"), metadata={"format": "pt"})
-    (target / "config.json").write_text(json.dumps(model_config(), indent=2) + "\n", encoding="utf-8")
+    weights = build_weights(layers=layers, table=table, classes=classes)
+    save_file(weights, str(target / "model.safetensors"), metadata={"format": "pt"})
+    (target / "config.json").write_text(json.dumps(model_config(layers), indent=2) + "\n", encoding="utf-8")
     generation = {"bos_token_id": BOS, "eos_token_id": IM_END, "do_sample": True, "temperature": 1.0, "top_p": 0.95}
     (target / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")
     # The remote-code stand-in tokenizer (tiktoken.model, tokenization_kimi.py, ...), for the tests that serve with a
@@ -176,28 +185,31 @@ def build(target: Path, standin_dir: Path) -> None:
         if item.is_file() and item.name != "config.json":
             shutil.copy2(item, target / item.name)
     (target / "TINY_MODEL.md").write_text(
-        "A 2-layer Llama with made-up weights (a bigram chain <think> -> reasoning -> </think> -> answer -> "
+        description
+        or "A 2-layer Llama with made-up weights (a bigram chain <think> -> reasoning -> </think> -> answer -> "
         "<|im_end|>), built by eagle-datagen's engine/build_tiny_model.py for tests of the real SGLang engine. "
         "See docs/real-engine.md.\n",
         encoding="utf-8",
     )
 
 
-def ensure_model(cache_root: Path) -> Path:
-    """The model directory under cache_root, built (atomically) if absent or stale."""
+def ensure_model(cache_root: Path, home_name: str = "sglang-tiny-model", builder=build,
+                 sources: tuple[Path, ...] = ()) -> Path:
+    """The model directory under cache_root/home_name, built (atomically) by `builder(target, standin_dir)` if absent
+    or stale (this file, `sources` or the stand-in tokenizer changed)."""
     from eagle_datagen.standin.kimi_tokenizer import standin_tokenizer_dir
 
     standin_dir = standin_tokenizer_dir(str(cache_root))
-    home = cache_root / "sglang-tiny-model"
+    home = cache_root / home_name
     model_dir = home / MODEL_DIR_NAME
     stamp = home / "fingerprint"
-    wanted = fingerprint(standin_dir)
+    wanted = fingerprint(standin_dir, sources)
     if model_dir.is_dir() and stamp.exists() and stamp.read_text().strip() == wanted:
         return model_dir
     home.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=home))
     try:
-        build(staging / MODEL_DIR_NAME, standin_dir)
+        builder(staging / MODEL_DIR_NAME, standin_dir)
         shutil.rmtree(model_dir, ignore_errors=True)
         (staging / MODEL_DIR_NAME).rename(model_dir)
         stamp.write_text(wanted + "\n")

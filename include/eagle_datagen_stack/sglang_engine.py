@@ -10,6 +10,11 @@ the tiny reasoning model (engine/build_tiny_model.py); docs/real-engine.md says 
 
 Each runs in a process group of its own (processes.Component) and is stopped by that group. A server that
 dies while starting raises ComponentDied with the tail of its log.
+
+`ServerOptions(drafter=Drafter(DIR))` starts the target with an EAGLE-3 drafter (`--speculative-algorithm EAGLE3`,
+top-k 1): its /generate then answers each request's `spec_*` metrics in `meta_info`. SGLang needs more on the CPU
+for that than the plain server: seven kernels in the sgl_kernel shim (engine/shims/sgl_kernel/speculative_ops.py)
+and the draft/verify attention of `torch_native` (engine/eagle3_cpu/, put on the PYTHONPATH of such a server only).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from eagle_datagen_stack.processes import Component, ComponentDied, free_port, h
 
 PROJECT = Path(__file__).resolve().parents[2]
 SHIMS = PROJECT / "engine" / "shims"  # the sgl_kernel stand-in, put on the server's PYTHONPATH
+EAGLE3_CPU = PROJECT / "engine" / "eagle3_cpu"  # torch_native's draft/verify attention, for a server with a drafter
 TINY_MODEL_HOME = "sglang-tiny-model"  # under the cache folder; engine/build_tiny_model.py writes it
 TINY_MODEL_NAME = "Kimi-K2.5"
 
@@ -58,18 +64,40 @@ def missing_engine(model_path: Path | None = None) -> str | None:
     return None
 
 
-def engine_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of an engine process: SGLang's CPU engine, one OpenMP thread, the sgl_kernel shim."""
+def engine_env(base: dict[str, str] | None = None, speculative: bool = False) -> dict[str, str]:
+    """The environment of an engine process: SGLang's CPU engine, one OpenMP thread, the sgl_kernel shim (and, for a
+    server with a drafter, the patch giving torch_native its draft/verify attention)."""
     env = dict(os.environ if base is None else base)
     env.update(
         SGLANG_USE_CPU_ENGINE="1",
         OMP_NUM_THREADS="1",  # two busy cores: more threads only fight each other
-        PYTHONPATH=str(SHIMS),  # replaces the caller's: nothing of the project's .venv may leak in
+        # replaces the caller's: nothing of the project's .venv may leak in
+        PYTHONPATH=os.pathsep.join(map(str, [SHIMS, EAGLE3_CPU] if speculative else [SHIMS])),
         HF_HUB_OFFLINE="1",
         TOKENIZERS_PARALLELISM="false",
     )
     env.pop("VIRTUAL_ENV", None)
     return env
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """An EAGLE-3 drafter served beside the target (SGLang's `LlamaForCausalLMEagle3` layout). On the CPU only top-k
+    1 works (the draft tokens form a chain); 3 steps and 4 draft tokens make an accept length of at most 4."""
+
+    model_path: Path
+    num_steps: int = 3
+    eagle_topk: int = 1
+    num_draft_tokens: int = 4
+
+    def args(self) -> list[str]:
+        return [
+            "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", str(self.model_path),
+            "--speculative-num-steps", str(self.num_steps),
+            "--speculative-eagle-topk", str(self.eagle_topk),
+            "--speculative-num-draft-tokens", str(self.num_draft_tokens),
+        ]
 
 
 @dataclass(frozen=True)
@@ -81,6 +109,7 @@ class ServerOptions:
     max_running_requests: int = 8
     skip_tokenizer_init: bool = True  # the pipeline sends token ids; a tokenizer adds ~20 s to the start
     extra_args: tuple[str, ...] = ()  # e.g. ("--reasoning-parser", "kimi_k2") to test preflight's warning
+    drafter: Drafter | None = None  # serve an EAGLE-3 drafter: per-request spec_* metrics in meta_info
 
 
 def sglang_command(
@@ -105,6 +134,8 @@ def sglang_command(
         args.append("--skip-tokenizer-init")
     else:  # the model dir's tokenizer is remote code over tiktoken, served as the real Kimi-K2.5 is
         args.append("--trust-remote-code")
+    if options.drafter is not None:
+        args += options.drafter.args()
     return args + list(options.extra_args)
 
 
@@ -128,6 +159,9 @@ class SGLangServer:
 
     def start(self) -> SGLangServer:
         reason = missing_engine(self.model_path)
+        drafter = self.options.drafter
+        if not reason and drafter is not None and not (drafter.model_path / "config.json").exists():
+            reason = f"the drafter {drafter.model_path} has no config.json"
         if reason:
             raise EngineMissing(reason)
         if not self.port:
@@ -136,7 +170,8 @@ class SGLangServer:
             self.nccl_port = free_port()
         began = time.monotonic()
         command = sglang_command(self.model_path, self.port, self.options, nccl_port=self.nccl_port)
-        self.component = Component(self.name, command, engine_env(), self.log_dir).start()
+        env = engine_env(speculative=self.options.drafter is not None)
+        self.component = Component(self.name, command, env, self.log_dir).start()
         try:
             wait_until(lambda: http_ok(f"{self.url}/health"), self.start_timeout_s,
                        f"SGLang {self.name} at {self.url} answering /health", alive=[self.component], every_s=1.0)

@@ -5,6 +5,7 @@ import CPU kernels from `sgl_kernel` (and its submodules) at import time, though
 calls only one of them: `assign_req_to_token_pool_cpu`, written below in plain torch. Every other name, in
 this module or any `sgl_kernel.*` submodule, is a stub that raises when called, so a code path that does need a
 real kernel fails loudly instead of computing something wrong. Test support only: never used in production.
+The seven more that SGLang's EAGLE-3 path calls (speculative decoding with a drafter) are in speculative_ops.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,16 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
+
+from sgl_kernel.speculative_ops import (  # noqa: F401  (names SGLang imports from sgl_kernel)
+    assign_draft_cache_locs_contiguous_cpu,
+    assign_extend_cache_locs_cpu,
+    build_tree_kernel_efficient_cpu,
+    copy_all_layer_kv_cache_cpu,
+    fill_accept_out_cache_loc_cpu,
+    fill_bonus_tokens_cpu,
+    verify_tree_greedy_cpu,
+)
 
 __version__ = "0.0.0+eagle-datagen-stub"
 

@@ -1,0 +1,317 @@
+"""The loop closed on the CPU: the project's on-policy data -> an EAGLE-3 drafter -> acceptance in the real SGLang.
+
+`make eval-loop` (`python -m eagle_datagen_stack.cpu_loop`) and tests/engine/test_cpu_loop.py run it; the page
+docs/evaluation-cpu-loop.md says what it shows and what it costs. With the project's own parts, on one machine
+without a GPU:
+
+1. the prompts (the shipped demo prompts of four categories) split per category by a stable hash into training
+   prompts and held-out prompts (never trained on);
+2. on-policy data: `eagle-datagen run` of the training prompts against the real SGLang serving the loop's target
+   (engine/build_loop_target.py); off-policy data: the same run against the stand-in `serve-sim`, whose answers
+   the target did not write;
+3. `eagle-datagen export --format speculators` of each run; the target's hidden states for the exported rows,
+   computed in process with transformers; `speculators train` (0.9.0) on the CPU with one step budget and one
+   draft vocabulary (the on-policy run's) for both, and the same draft saved untrained (the random drafter);
+   each checkpoint converted to the layout SGLang serves (drafter_training.py, engine/cpu_loop/);
+4. the real SGLang serving the target with each drafter (`--speculative-algorithm EAGLE3`, 3 steps, top-k 1),
+   measured on the held-out prompts (acceptance.evaluate_drafter): accept length per category with 95% intervals.
+At most two SGLang servers run at once; each drafter's server starts while the next drafter trains (on one core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from eagle_datagen.records import compute_prompt_id
+from eagle_datagen.standin.sglang.config import SimConfig
+from eagle_datagen.standin.sglang.runner import SimServerThread
+from eagle_datagen_stack import drafter_training as side
+from eagle_datagen_stack.acceptance import EvalRequest, evaluate_drafter
+from eagle_datagen_stack.process_tree import TreeUsage
+from eagle_datagen_stack.sglang_engine import (
+    PROJECT,
+    Drafter,
+    ServerOptions,
+    SGLangServer,
+    cache_root,
+    missing_engine,
+)
+
+CLI = [sys.executable, "-m", "eagle_datagen.cli"]
+DEMO_PROMPTS = PROJECT / "include" / "data" / "demo_prompts"
+DRAFTERS = ("random", "off-policy", "on-policy")
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    work: Path
+    target: Path | None = None  # default: the loop target, built into the cache by engine/build_loop_target.py
+    tokenizer: str = "standin:kimi-k2.5"
+    trust_remote_code: bool = True
+    prompts: Path = DEMO_PROMPTS  # a folder of <category>.jsonl prompt records
+    categories: tuple[str, ...] = ("chat", "code", "math", "multilingual")
+    heldout_per_category: int = 6
+    samples_per_prompt: int = 1
+    max_new_tokens: int = 160  # generation; the target writes about 59 tokens on average
+    draft_vocab_size: int = 256
+    aux_layers: tuple[int, ...] | None = None  # speculators' ids; default: drafter_training.aux_layer_ids
+    train: side.TrainSettings = field(default_factory=side.TrainSettings)
+    eval_max_new_tokens: int = 32
+
+
+@dataclass
+class LoopResult:
+    reports: dict[str, dict[str, Any]]  # drafter label -> evaluation report (schema eagle-datagen/evaluation/v1)
+    seconds: dict[str, float]  # step -> wall seconds
+    cpu_seconds: dict[str, float]  # step -> CPU seconds of this process and every process under it (servers too)
+    peak_memory_bytes: int
+    settings: LoopSettings
+
+
+def missing_parts() -> str | None:
+    return missing_engine() or side.missing_side_environment()
+
+
+def split_prompts(settings: LoopSettings) -> tuple[Path, Path]:
+    """training.jsonl and heldout.jsonl: per category, the `heldout_per_category` prompts with the lowest prompt-id
+    hash are held out (stable whatever else is added), the rest is for training."""
+    train, heldout = [], []
+    for category in settings.categories:
+        lines = (settings.prompts / f"{category}.jsonl").read_text(encoding="utf-8").splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+        records.sort(key=lambda r: hashlib.sha256(compute_prompt_id(r["messages"], r.get("tools")).encode()).digest())
+        heldout += records[: settings.heldout_per_category]
+        train += records[settings.heldout_per_category :]
+    paths = settings.work / "training.jsonl", settings.work / "heldout.jsonl"
+    for path, records in zip(paths, (train, heldout), strict=True):
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return paths
+
+
+class BackgroundServer:
+    """An SGLang server starting in a thread from construction on; `url()` waits until it answers. `stop()` (any
+    number of times) waits for its start to end, then stops it, so nothing is left behind whatever failed."""
+
+    def __init__(self, server: SGLangServer) -> None:
+        self.server = server
+        self._pool = ThreadPoolExecutor(1)
+        self._starting = self._pool.submit(server.start)
+
+    def url(self) -> str:
+        return self._starting.result().url
+
+    def stop(self) -> None:
+        try:
+            self._starting.result()
+        except BaseException:  # noqa: BLE001 - its error was raised by url(), or the loop's own error is the one
+            pass
+        self.server.stop()
+        self._pool.shutdown()
+
+
+class LoopRun:
+    """One run of the loop under settings.work (removed and made again)."""
+
+    def __init__(self, settings: LoopSettings) -> None:
+        self.settings = settings
+        self.usage = TreeUsage()
+        self.work = settings.work
+        self.logs = settings.work / "logs"
+        self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Times a step: wall seconds, and CPU seconds (a measure that other jobs on the machine do not inflate)."""
+        began, cpu = time.monotonic(), self.usage.cpu_seconds()
+        print(f"[eval-loop] {name} ...", flush=True)
+        yield
+        self.seconds[name] = time.monotonic() - began
+        self.cpu_seconds[name] = self.usage.cpu_seconds() - cpu
+        print(f"[eval-loop] {name}: {self.seconds[name]:.0f}s ({self.cpu_seconds[name]:.0f} CPU-s)", flush=True)
+
+    def cli(self, name: str, *args: str) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with (self.logs / f"{name}.log").open("ab") as out:
+            done = subprocess.run([*CLI, *args], stdout=out, stderr=subprocess.STDOUT)
+        if done.returncode != 0:
+            raise RuntimeError(f"eagle-datagen {args[0]} ({name}) exited {done.returncode}: see {self.logs}/{name}.log")
+
+    def tokenizer_args(self) -> list[str]:
+        return ["--tokenizer", self.settings.tokenizer, *(["--trust-remote-code"] if self.settings.trust_remote_code
+                                                          else [])]
+
+    def generate(self, url: str, prompts: Path, run_id: str) -> None:
+        self.cli(f"run-{run_id}", "run", "--prompts", str(prompts), *self.tokenizer_args(), "--sglang-url", url,
+                 "--output", str(self.work / "out"), "--run-id", run_id, "--no-canary",
+                 "--samples-per-prompt", str(self.settings.samples_per_prompt),
+                 "--max-new-tokens", str(self.settings.max_new_tokens),
+                 "--draft-vocab-size", str(self.settings.draft_vocab_size))
+
+    def export(self, run_id: str) -> Path:
+        to = self.work / f"{run_id}-speculators"
+        self.cli(f"export-{run_id}", "export", "--output", str(self.work / "out"), "--run-id", run_id,
+                 "--format", "speculators", "--to", str(to), "--shuffle-seed", "0")
+        return to
+
+    def off_policy_run(self, prompts: Path) -> None:
+        """The stand-in's answers to the same prompts, about as long as the target's."""
+        config = replace(SimConfig().with_profile("fast"), output_tokens_min=20, output_tokens_max=100)
+        with SimServerThread(config) as sim:
+            self.generate(sim.url, prompts, "offpolicy")
+
+    def server(self, target: Path, name: str, drafter: Path | None = None) -> SGLangServer:
+        # An idle SGLang scheduler otherwise spins on a core (measured: 70%), slowing whatever trains beside it.
+        options = ServerOptions(drafter=Drafter(drafter) if drafter else None, extra_args=("--sleep-on-idle",))
+        return SGLangServer(target, self.logs, options, name=name)
+
+    def run(self) -> LoopResult:
+        s = self.settings
+        with self.usage as usage:
+            with self.step("prepare: target, prompt split"):
+                target = s.target or build_loop_target()
+                layers = json.loads((target / "config.json").read_text())["num_hidden_layers"]
+                aux = list(s.aux_layers or side.aux_layer_ids(layers))
+                training, heldout = split_prompts(s)
+            with self.step("generate: on-policy (real SGLang) and off-policy (serve-sim)"):
+                plain = BackgroundServer(self.server(target, "sglang-target"))  # starts while serve-sim answers
+                try:
+                    self.off_policy_run(training)
+                    self.generate(plain.url(), training, "onpolicy")
+                finally:
+                    plain.stop()
+            with self.step("export and target hidden states"):
+                on_data, off_data = self.export("onpolicy"), self.export("offpolicy")
+                side.target_hidden_states(target, [on_data, off_data], aux, self.logs / "hidden-states.log")
+            request = EvalRequest(heldout, s.tokenizer, s.trust_remote_code, s.eval_max_new_tokens)
+            reports: dict[str, dict[str, Any]] = {}
+            with self.step("random drafter (untrained)"):
+                self.drafter(target, on_data, on_data, aux, "random")
+            # Training runs on one core: each drafter's server starts on the other while the next step runs, and at
+            # most two run at once (random and on-policy, then on-policy and off-policy).
+            servers: list[BackgroundServer] = []
+            try:
+                servers.append(random_drafter := self.background(target, "random"))
+                with self.step(f"train on-policy drafter ({s.train.steps} steps)"):
+                    self.drafter(target, on_data, on_data, aux, "on-policy")
+                servers.append(on_policy := self.background(target, "on-policy"))
+                with self.step(f"train off-policy drafter ({s.train.steps} steps)"):
+                    self.drafter(target, off_data, on_data, aux, "off-policy")
+                with self.step("evaluate random drafter"):
+                    reports["random"] = self.evaluate(random_drafter.url(), request, "random")
+                random_drafter.stop()
+                servers.append(off_policy := self.background(target, "off-policy"))
+                with self.step("evaluate on-policy drafter"):
+                    reports["on-policy"] = self.evaluate(on_policy.url(), request, "on-policy")
+                on_policy.stop()
+                with self.step("evaluate off-policy drafter"):
+                    reports["off-policy"] = self.evaluate(off_policy.url(), request, "off-policy")
+            finally:
+                for server in servers:
+                    server.stop()
+        reports = {label: reports[label] for label in DRAFTERS}
+        result = LoopResult(reports, self.seconds, self.cpu_seconds, usage.peak_bytes, s)
+        (self.work / "loop-result.json").write_text(json.dumps(result_json(result), indent=2) + "\n")
+        return result
+
+    @property
+    def drafters(self) -> Path:
+        return self.work / "drafters"
+
+    def drafter(self, target: Path, data: Path, vocab: Path, aux: list[int], label: str) -> Path:
+        """Train (or, for "random", only initialise) a drafter on `data` with `vocab`'s draft vocabulary; convert."""
+        s, checkpoint = self.settings, self.work / "checkpoints" / label
+        make = side.random_drafter if label == "random" else side.train_drafter
+        log = self.logs / f"train-{label}.log"
+        return make(target, data, vocab, s.draft_vocab_size, aux, checkpoint, s.train, self.drafters / label, log)
+
+    def background(self, target: Path, label: str) -> BackgroundServer:
+        return BackgroundServer(self.server(target, f"sglang-{label}", self.drafters / label))
+
+    def evaluate(self, url: str, request: EvalRequest, label: str) -> dict[str, Any]:
+        return evaluate_drafter(url, request, label, self.work / "evaluations" / f"{label}.json")
+
+
+def build_loop_target() -> Path:
+    done = subprocess.run([sys.executable, str(PROJECT / "engine" / "build_loop_target.py"), str(cache_root())],
+                          capture_output=True, text=True, check=True)
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def run_loop(settings: LoopSettings) -> LoopResult:
+    shutil.rmtree(settings.work, ignore_errors=True)
+    (settings.work / "evaluations").mkdir(parents=True)
+    return LoopRun(settings).run()
+
+
+def _cell(stats: dict[str, Any]) -> str:
+    accept = stats["accept_length"]
+    if accept["mean"] is None:
+        return "n/a"
+    low, high = accept["ci95"]
+    return f"{accept['mean']:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def format_table(result: LoopResult) -> str:
+    """Accept length per category and overall, one column per drafter: mean [95% interval]."""
+    reports = result.reports
+    categories = sorted(reports["on-policy"]["categories"])
+    rows = [("category (prompts)", *DRAFTERS)]
+    for category in categories:
+        prompts = reports["on-policy"]["categories"][category]["requests"]
+        rows.append((f"{category} ({prompts})", *(_cell(reports[d]["categories"][category]) for d in DRAFTERS)))
+    rows.append((f"overall ({reports['on-policy']['overall']['requests']})",
+                 *(_cell(reports[d]["overall"]) for d in DRAFTERS)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    s = result.settings
+    head = (f"accept length, held-out prompts (3 draft steps, top-k 1: at most 4), mean [95% interval]; "
+            f"drafters trained {s.train.steps} steps")
+    costs = ", ".join(f"{name.split(' (')[0].split(':')[0]} {seconds:.0f}s" for name, seconds in result.seconds.items())
+    return "\n".join([head, *lines, f"took {sum(result.seconds.values()):.0f}s, "
+                      f"{sum(result.cpu_seconds.values()):.0f} CPU-s ({costs}); "
+                      f"peak memory {result.peak_memory_bytes / 2**30:.1f} GiB"])
+
+
+def result_json(result: LoopResult) -> dict[str, Any]:
+    settings = asdict(result.settings)
+    return {"reports": result.reports, "seconds": result.seconds, "cpu_seconds": result.cpu_seconds,
+            "peak_memory_bytes": result.peak_memory_bytes,
+            "settings": json.loads(json.dumps(settings, default=str))}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m eagle_datagen_stack.cpu_loop", description=__doc__.split("\n")[0])
+    parser.add_argument("--work", type=Path, default=PROJECT / ".eval-loop", help="working folder (made anew)")
+    parser.add_argument("--target", type=Path, default=None, help="a target model folder (default: the loop target)")
+    parser.add_argument("--tokenizer", default="standin:kimi-k2.5", help="the target's tokenizer")
+    parser.add_argument("--no-trust-remote-code", action="store_true", help="load the tokenizer without remote code")
+    parser.add_argument("--train-steps", type=int, default=side.TrainSettings.steps)
+    parser.add_argument("--aux-layers", default=None, help="speculators aux layer ids, e.g. 1,2,3 (default: chosen "
+                        "from the target's layer count)")
+    args = parser.parse_args(argv)
+    reason = missing_parts()
+    if reason:
+        sys.exit(f"eval-loop: error: {reason}")
+    settings = LoopSettings(
+        work=args.work.resolve(), target=args.target.resolve() if args.target else None, tokenizer=args.tokenizer,
+        trust_remote_code=not args.no_trust_remote_code, train=side.TrainSettings(steps=args.train_steps),
+        aux_layers=tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else None,
+    )
+    print(format_table(run_loop(settings)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""The pieces of EAGLE-3 on the CPU without a server: the seven sgl_kernel ops of the shim (in the engine's torch,
+against what SGLang's Triton kernels compute for a top-k 1 chain), the torch_native patch's refusal of a tree,
+the loop target's chain, and the speculators -> SGLang conversion (in the side environment)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from eagle_datagen_stack.drafter_training import aux_layer_ids, missing_side_environment, speculators_python
+from eagle_datagen_stack.sglang_engine import engine_env, engine_venv
+from engine_support import engine_or_skip
+
+from conftest import REPO
+
+KERNELS = """
+import ctypes, torch, sgl_kernel as k
+# verify: two requests, chains of 3 drafts behind a root; the target accepts 2 drafts of the first, none of the second
+candidates = torch.tensor([[7, 10, 11, 12], [7, 20, 21, 22]])
+index = torch.arange(8).view(2, 4)
+nxt = torch.tensor([[1, 2, 3, -1]] * 2)
+sibling = torch.full((2, 4), -1)
+target = torch.tensor([[10, 11, 99, 5], [30, 31, 32, 33]])
+predicts, accept_index = torch.zeros(8, dtype=torch.long), torch.full((2, 4), -1)
+accepted = torch.zeros(2, dtype=torch.long)
+k.verify_tree_greedy_cpu(predicts=predicts, accept_index=accept_index, accept_token_num=accepted,
+                         candidates=candidates, retrive_index=index, retrive_next_token=nxt,
+                         retrive_next_sibling=sibling, target_predict=target)
+assert accepted.tolist() == [2, 0], accepted
+assert accept_index.tolist() == [[0, 1, 2, -1], [4, -1, -1, -1]], accept_index
+assert predicts.tolist() == [10, 11, 99, 0, 30, 0, 0, 0], predicts  # accepted tokens, then the bonus
+# tree: SGLang's top-k 1 chain buffers (parents -1, 0, 1; selected 0, 1, 2), a QLEN_ONLY mask
+mask = torch.ones(2 * 16, dtype=torch.bool)
+positions = torch.empty(8, dtype=torch.long)
+retrieve = torch.full((3, 2, 4), -1, dtype=torch.long)
+k.build_tree_kernel_efficient_cpu(torch.tensor([[-1, 0, 1]] * 2), torch.tensor([[0, 1, 2]] * 2), torch.tensor([5, 9]),
+                                  mask, positions, retrieve[0], retrieve[1], retrieve[2], 1, 3, 4, 1)
+assert positions.tolist() == [5, 6, 7, 8, 9, 10, 11, 12], positions
+assert retrieve[0].tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]] and retrieve[1].tolist() == [[1, 2, 3, -1]] * 2
+assert (retrieve[2] == -1).all()
+assert torch.equal(mask.view(2, 4, 4), torch.tril(torch.ones(4, 4, dtype=torch.bool)).expand(2, 4, 4)), mask
+# bonus token and accepted slots
+bonus = torch.zeros(2, dtype=torch.long)
+k.fill_bonus_tokens_cpu(torch.tensor([[10, 11, 99, 0], [30, 0, 0, 0]]), torch.tensor([3, 1]), bonus, 4)
+assert bonus.tolist() == [99, 30]
+out = torch.full((4,), -7, dtype=torch.long)
+k.fill_accept_out_cache_loc_cpu(torch.tensor([0, 1, 2, -1, 4, -1, -1, -1]), torch.arange(100, 108), out)
+assert out.tolist() == [100, 101, 102, 104]
+# cache slots read from req_to_token
+table = torch.arange(40, dtype=torch.int32).view(4, 10)
+draft = torch.empty(6, dtype=torch.long)
+k.assign_draft_cache_locs_contiguous_cpu(torch.tensor([2, 0]), table, torch.tensor([4, 7]), draft, 10, 1, 3)
+assert draft.tolist() == [24, 25, 26, 7, 8, 9], draft
+extend = torch.empty(5, dtype=torch.long)
+k.assign_extend_cache_locs_cpu(torch.tensor([1, 3]), table, torch.tensor([2, 0]), torch.tensor([4, 3]), extend, 10)
+assert extend.tolist() == [12, 13, 30, 31, 32], extend
+# KV rows moved in every layer's buffer, sources read before targets are written (2 -> 3 and 3 -> 2 swap)
+buffers = [torch.arange(12, dtype=torch.float32).view(6, 2), torch.arange(100, 118, dtype=torch.float16).view(6, 3)]
+ptrs = torch.tensor([b.data_ptr() for b in buffers], dtype=torch.uint64)
+strides = torch.tensor([b.stride(0) * b.element_size() for b in buffers], dtype=torch.uint64)
+k.copy_all_layer_kv_cache_cpu(ptrs, strides, torch.tensor([3, 2, 5]), torch.tensor([2, 3, 0]))
+assert buffers[0][:, 0].tolist() == [0, 2, 6, 4, 8, 0] and buffers[1][:, 0].tolist() == [100, 103, 109, 106, 112, 100]
+print("ok")
+"""
+
+
+def test_the_seven_speculative_kernels_compute_what_sglangs_triton_kernels_do():
+    engine_or_skip()
+    python = str(engine_venv() / "bin" / "python")
+    result = subprocess.run([python, "-c", KERNELS], env=engine_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_a_speculative_servers_processes_patch_torch_native_and_refuse_a_tree():
+    """sitecustomize on a speculative server's PYTHONPATH patches SGLang's modules as they are imported."""
+    engine_or_skip()
+    script = """
+from sglang.srt.layers.attention import torch_native_backend as native
+from sglang.srt.speculative.draft_utils import DraftBackendFactory
+assert native.TorchNativeAttnBackend._eagle_datagen_patched and DraftBackendFactory._eagle_datagen_patched
+try:
+    native.TorchNativeMultiStepDraftBackend(None, 2, 3)
+except NotImplementedError as exc:
+    assert "top-k 1" in str(exc), exc
+    print("ok")
+"""
+    python = str(engine_venv() / "bin" / "python")
+    result = subprocess.run([python, "-c", script], env=engine_env(speculative=True), capture_output=True, text=True,
+                            timeout=240)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+    plain = subprocess.run([python, "-c", "import sys; print('sitecustomize' in sys.modules and "
+                            "hasattr(sys.modules['sitecustomize'], '_PATCHES'))"], env=engine_env(),
+                           capture_output=True, text=True, timeout=60)
+    assert plain.stdout.strip() == "False"  # a plain server's processes are left alone
+
+
+def _loop_target():
+    spec = importlib.util.spec_from_file_location("build_loop_target", REPO / "engine" / "build_loop_target.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_loop_target_has_a_greedy_cycle_of_leads_and_samples_like_the_tiny_model():
+    target, tiny = _loop_target(), _loop_target().tiny
+    table, classes = target.next_token_probabilities(), target.token_classes()
+    assert np.allclose(table.sum(axis=1), 1.0, atol=1e-9)
+    assert table.shape[0] <= tiny.HIDDEN  # a one-hot embedding per class
+    # greedy: <think> -> lead 1 -> lead 2 -> ... -> lead 0 -> lead 1, with no tie at any step
+    token, path = tiny.THINK_START, []
+    for _ in range(2 * target.GROUPS):
+        row = table[classes[token]]
+        best = np.sort(row)[-2:]
+        assert best[1] > 10 * best[0], token
+        token = int(np.argmax(row))
+        path.append(token)
+    assert path == 2 * target.greedy_cycle()
+    assert len({classes[lead] for lead in target.LEADS}) == target.GROUPS  # each lead a class of its own
+    # an answer begun at temperature 1 goes on greedily without a tie too: </think> -> the answer lead -> <|im_end|>
+    answer = table[classes[tiny.THINK_END]]
+    assert int(np.argmax(answer)) == target.ANSWER_LEAD and np.sort(answer)[-2] * 10 < answer.max()
+    assert int(np.argmax(table[classes[target.ANSWER_LEAD]])) == tiny.IM_END
+    # sampled, each reasoning row ends reasoning as the tiny model's does
+    stock = tiny.next_token_probabilities()[tiny.THINKING]
+    for row in table[: 2 * target.GROUPS]:
+        assert row[tiny.THINK_END] == stock[tiny.THINK_END] and row[tiny.IM_END] == stock[tiny.IM_END]
+        assert row[list(tiny.REASONING_IDS)].sum() == pytest.approx(stock[list(tiny.REASONING_IDS)].sum())
+
+
+def test_aux_layer_ids_are_capturable_in_both_conventions():
+    assert aux_layer_ids(4) == [1, 2, 3]  # SGLang 0, 1, 2: never the last layer's output (id 4)
+    assert aux_layer_ids(61) == [1, 30, 60]
+    assert aux_layer_ids(2) == [0, 1]
+
+
+CONVERT = """
+import json, sys, torch
+from pathlib import Path
+from safetensors.torch import save_file, load_file
+sys.path.insert(0, sys.argv[1])
+from sglang_drafter import convert
+ck, out = Path(sys.argv[2]), Path(sys.argv[3])
+ck.mkdir()
+verifier = ck / "verifier"
+verifier.mkdir()
+(verifier / "config.json").write_text(json.dumps({"num_hidden_layers": 4}))
+layer = {"hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2, "num_key_value_heads": 2,
+         "head_dim": 4, "hidden_act": "silu", "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+         "vocab_size": 32, "num_hidden_layers": 1, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}
+config = {"speculators_model_type": "eagle3", "draft_vocab_size": 4, "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
+          "norm_before_fc": True, "norm_output": True, "norm_before_residual": False, "transformer_layer_config": layer,
+          "speculators_config": {"verifier": {"name_or_path": str(verifier)}}}
+(ck / "config.json").write_text(json.dumps(config))
+weights = {"fc.weight": torch.ones(8, 24, dtype=torch.bfloat16), "lm_head.weight": torch.ones(4, 8),
+           "norm.weight": torch.ones(8), "input_norm.weight": torch.ones(24), "d2t": torch.tensor([3, 3, 4, 5]),
+           "t2d": torch.zeros(32, dtype=torch.bool), "embed_tokens.weight": torch.ones(32, 8),
+           "layers.0.self_attn.q_proj.weight": torch.ones(8, 16)}
+save_file(weights, str(ck / "model.safetensors"))
+convert(ck, out)
+got = json.loads((out / "config.json").read_text())
+names = load_file(str(out / "model.safetensors"))
+print(json.dumps({"aux": got["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
+                  "norm_before_fc": got["eagle_config"]["norm_before_fc"], "norm_output": got["norm_output"],
+                  "arch": got["architectures"], "draft_vocab_size": got["draft_vocab_size"],
+                  "names": sorted(names), "fc_dtype": str(names["fc.weight"].dtype)}))
+config["eagle_aux_hidden_state_layer_ids"] = [1, 2, 4]
+(ck / "config.json").write_text(json.dumps(config))
+try:
+    convert(ck, out)
+except SystemExit as exc:
+    assert "cannot capture" in str(exc), exc
+else:
+    raise AssertionError("the last layer's output was converted")
+"""
+
+
+def test_conversion_lowers_aux_ids_by_one_and_names_weights_as_sglang_loads_them(tmp_path):
+    reason = missing_side_environment()
+    if reason:
+        pytest.skip(reason)
+    result = subprocess.run(
+        [str(speculators_python()), "-c", CONVERT, str(REPO / "engine" / "cpu_loop"), str(tmp_path / "ck"),
+         str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["aux"] == [0, 1, 2]  # speculators' hidden_states[k] is SGLang's layer k - 1
+    assert got["norm_before_fc"] is True and got["norm_output"] is True
+    assert got["arch"] == ["LlamaForCausalLMEagle3"] and got["draft_vocab_size"] == 4
+    assert got["names"] == ["d2t", "fc.weight", "input_norm.weight", "lm_head.weight",
+                            "midlayer.self_attn.q_proj.weight", "norm.weight", "t2d"]  # no embedding: SGLang shares it
+    assert got["fc_dtype"] == "torch.float32"

@@ -90,6 +90,8 @@ class PromptRecord:
     tools: list[dict[str, Any]] | None
     source: str | None
     origin: str  # where the record was read: "<file uri>:<line or row>"
+    # the mode it is rendered and generated in (modes.py): given by its category's mode, never by the source
+    mode: str = "thinking"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from eagle_datagen.storage.local_copy import local_copy
 from eagle_datagen.storage.manifest import manifest_key, read_manifest
 from eagle_datagen.storage.objects import sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot
-from eagle_datagen.storage.parquet import SAMPLE_SCHEMA
+from eagle_datagen.storage.parquet import ADDED_COLUMNS, SAMPLE_SCHEMA, added_column
 from eagle_datagen.storage.releases import read_release, release_key
 from eagle_datagen.storage.reorder import slices
 
@@ -80,8 +80,14 @@ class ExportSource:
             with local_copy(self.root, entry.key) as (path, sha256):
                 self._check(entry, sha256)
                 parquet = pq.ParquetFile(str(path), memory_map=False)
+                stored = set(parquet.schema_arrow.names)
+                # a shard older than an added column (contract v1.0 has no mode) gets it filled in
+                absent = [n for n in names if n not in stored and n in ADDED_COLUMNS]
                 for group in range(parquet.metadata.num_row_groups):
-                    table = parquet.read_row_group(group, columns=names).cast(schema)
+                    table = parquet.read_row_group(group, columns=[n for n in names if n not in absent])
+                    for name in absent:
+                        table = table.append_column(name, added_column(name, table.num_rows))
+                    table = table.select(names).cast(schema)
                     if self.kind == "release":  # the release kept the first row of each sample id, in its order
                         ids = table.column("sample_id").to_pylist()
                         keep = [sample_id not in seen for sample_id in ids]

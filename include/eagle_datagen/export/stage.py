@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,13 +204,15 @@ def _write(
     counts = RowCounts()
     counter = TokenCounter(vocab_size) if options.draft_vocab_size else None
     sample_ids = (work / "sample_ids.txt").open("w") if writer_cls.folder else None
-    columns = list(dict.fromkeys([*writer_cls.columns, "category", "prompt_ids", "output_ids"]))
+    columns = list(dict.fromkeys([*writer_cls.columns, "category", "prompt_ids", "output_ids", "mode"]))
+    modes: Counter[str] = Counter()  # exported rows per mode (modes.py), for export_info.yaml
     try:
         tables = _row_tables(source, columns, options.limit, counts)
         if options.shuffle_seed is not None:
             staging = (work if writer_cls.folder else work.parent) / f".{target.name}.staging.arrow"
             tables = _shuffled(tables, staging, options.shuffle_seed, counts)
         for rows in tables:
+            modes.update(rows.column("mode").to_pylist())
             if counter is not None:
                 counter.add_ids(_supervised_ids(rows))
             if sample_ids is not None:
@@ -223,6 +226,7 @@ def _write(
     if sample_ids is not None:
         files.append("sample_ids.txt")
     info = _info(options, source, counts, vocab, vocab_from, files)
+    info["modes"] = dict(sorted(modes.items()))
     if writer_cls.folder:
         files += ["export_info.yaml", "README.md"]
         info["files"] = files

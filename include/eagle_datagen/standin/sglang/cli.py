@@ -29,6 +29,8 @@ FAULT_FLAGS = {
     "does not count it), as when a request is lost inside a server",
     "prompt_tokens": "report a prompt_tokens that disagrees with the ids sent, as a server or proxy that "
     "re-tokenized the prompt with another tokenizer would",
+    "think_in_instant": "answer an instant prompt (one ending in <think></think>) with reasoning and </think> "
+    "anyway, as a model that ignores the template's switch would",
 }
 
 

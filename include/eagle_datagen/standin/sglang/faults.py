@@ -47,9 +47,11 @@ class ItemFaults:
     echo: int = 0  # how many prompt ids to copy in front of the output; 0: none
     strip_think: bool = False
     prompt_tokens: bool = False
+    think_in_instant: bool = False
 
     def kinds(self) -> list[str]:
-        return [k for k in ("abort", "no_think_end", "echo", "strip_think", "prompt_tokens") if getattr(self, k)]
+        kinds = ("abort", "no_think_end", "echo", "strip_think", "prompt_tokens", "think_in_instant")
+        return [k for k in kinds if getattr(self, k)]
 
 
 class FaultInjector:
@@ -59,6 +61,7 @@ class FaultInjector:
         # Kinds added later draw from their own generator: the older kinds' draws stay as they were per seed.
         self._later_rng = random.Random(seed + 1)
         self._lose_rng = random.Random(seed + 2)
+        self._mode_rng = random.Random(seed + 3)
         self.requests = 0  # /generate requests decided so far (lose_after counts them)
 
     def _draw(self, rate: float) -> bool:
@@ -88,6 +91,7 @@ class FaultInjector:
             echo=echo_len if echo else 0,
             strip_think=strip,
             prompt_tokens=prompt_tokens,
+            think_in_instant=self._mode_rng.random() < r.think_in_instant,
         )
 
 

@@ -279,7 +279,7 @@ def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | No
         planned = chosen or (list(recipe.categories) if recipe is not None else None) or [""]
         first = sorted(planned)[0]
         thinking_only = dataclasses.replace(options.sampling, mode=THINKING)
-        sampling = category_settings([first], recipe, setup.profile, thinking_only, setup.seed)[first].sampling
+        sampling = category_settings([first], recipe, setup.profile, thinking_only)[first].sampling
     ids = setup.loaded.tokenizer.apply_chat_template(
         CANARY_MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False
     )

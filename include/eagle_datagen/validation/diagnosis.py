@@ -143,11 +143,11 @@ _MESSAGES: dict[str, Callable[[ModelProfile | None, str], tuple[str, str]]] = {
         f"raise {_named('max_new_tokens', f)} (reasoning traces are long)",
     ),
     "prompt_suffix": lambda p, f: (
-        "of prompts do not end in the prompt suffix of their mode "
-        + (f"(thinking: {p.describe_suffix()})" if p else "(the profile's)"),
-        "the tokenizer's template does not end prompts as the profile expects for their mode (an instant prompt "
-        f"needs a template that honours {p.instant.template_kwargs if p and p.instant else 'the mode switch'}): the "
-        f"tokenizer or the profile is wrong (check {_named('tokenizer', f)} and {_named('profile', f)})",
+        f"of prompts do not end in {p.describe_suffix() if p else 'the profile prompt suffix'}"
+        + (f" (instant ones: {p.instant.describe_suffix()})" if p and p.instant else ""),
+        f"the tokenizer's template does not end prompts in {_tok(p, 'think_start', '<think>')} as the profile "
+        f"expects: the tokenizer or the profile is wrong (check {_named('tokenizer', f)} and {_named('profile', f)})"
+        + (f"; instant prompts need a template that honours {p.instant.template_kwargs}" if p and p.instant else ""),
     ),
     "prompt_tokens_mismatch": lambda p, f: (
         "of samples report prompt_tokens different from the number of prompt ids sent",

@@ -59,7 +59,8 @@ def test_tokenize_recipe_end_to_end(tmp_path, tokenizer):
     ids_type = table.schema.field("prompt_ids").type
     assert pa.types.is_list(ids_type) and ids_type.value_type == pa.int32()
     rows = table.to_pylist()
-    assert rows and all(r["category"] == "tool_use" and r["prompt_ids"][-1] == 163606 and r["mode"] == "thinking" for r in rows)
+    assert rows and all(r["category"] == "tool_use" and r["prompt_ids"][-1] == 163606 for r in rows)
+    assert {r["mode"] for r in rows} == {"thinking"}  # the demo recipe's mode
     assert sum(c["prompts"] for c in summary["categories"].values()) == summary["prompts"]
 
 

@@ -303,7 +303,7 @@ def _suffix_detail(prompt: np.ndarray, facts: ModeFacts, profile: ModelProfile) 
     for other in profile.modes:
         suffix = profile.mode(other).prompt_suffix_ids
         if other != facts.name and tuple(prompt[len(prompt) - len(suffix) :].tolist()) == suffix:
-            return f"{detail}: a {other} prompt in a {facts.name} sample (rendered in the wrong mode)"
+            return f"{detail}: the prompt is the {other} mode's, the sample {facts.name} (rendered in the wrong mode)"
     return f"{detail} ({facts.name} mode)"
 
 

@@ -448,7 +448,7 @@ def instant_bodies(prompts: Path, path: Path) -> None:
     result = tokenize_prompts(
         load_tokenizer("standin:kimi-k2.5", profile, trust_remote_code=True), records, max_prompt_tokens=32768
     )
-    sampling = category_settings(["bench"], None, profile.sampling, SamplingOverrides())["bench"].sampling
+    sampling = category_settings(["bench"], None, profile, SamplingOverrides())["bench"].sampling
     bodies = [
         SampleRequest.create(
             prompt_id=p.record.prompt_id,

@@ -137,7 +137,7 @@ def plan_child(prompts: str, output: str, run_id: str, incremental: bool) -> Non
     model = setup.profile.model
 
     def settings_for(categories: list[str]) -> Any:
-        return category_settings(categories, None, setup.profile.sampling, SamplingOverrides())
+        return category_settings(categories, None, setup.profile, SamplingOverrides())
 
     catalog = read_catalog(root, model, None, False) if incremental else None  # as prepare_plan does
     skip = skip_published(catalog, model, setup.loaded.provenance(), settings_for) if catalog else None

@@ -1,5 +1,6 @@
 """Main's publishing before it was bounded (the whole shard in memory), kept as the reference the bounded
-publisher must match byte for byte: `shard_rows` and `publish_shard`'s encoding as they were (commit e2b5dfb)."""
+publisher must match byte for byte: `shard_rows` and `publish_shard`'s encoding as they were (commit e2b5dfb), and
+the columns added since (contract v1.1's `mode`)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def _conversation_shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> lis
                     "weight_version": meta.get("weight_version"),
                     "cached_tokens": _int_or_none(meta.get("cached_tokens")),
                     "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
+                    "mode": job.mode,
                 }
                 | saved["conversation"]
             )
@@ -77,6 +79,7 @@ def old_shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str
                 "cached_tokens": _int_or_none(meta.get("cached_tokens")),
                 "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
                 "error": saved["error"],
+                "mode": request.mode,
             }
         )
     return rows

@@ -55,11 +55,12 @@ def test_tokenize_recipe_end_to_end(tmp_path, tokenizer):
     assert summary["prompts"] > 100 and summary["rejected"] == 0
     assert len(summary["tokenizer"]["chat_template_sha256"]) == 64
     table = pq.read_table(tmp_path / "tokenized" / "category=tool_use" / "part-00000.parquet")
-    assert table.schema.names == ["record_id", "prompt_id", "category", "prompt_ids"]
+    assert table.schema.names == ["record_id", "prompt_id", "category", "prompt_ids", "mode"]
     ids_type = table.schema.field("prompt_ids").type
     assert pa.types.is_list(ids_type) and ids_type.value_type == pa.int32()
     rows = table.to_pylist()
     assert rows and all(r["category"] == "tool_use" and r["prompt_ids"][-1] == 163606 for r in rows)
+    assert {r["mode"] for r in rows} == {"thinking"}  # the demo recipe's mode
     assert sum(c["prompts"] for c in summary["categories"].values()) == summary["prompts"]
 
 

@@ -3,6 +3,11 @@
 A profile is what validation and tokenization trust about the model: which token ends the prompt,
 which tokens the output must carry, the EOS, the vocabulary size and context length. Adding a model is
 adding a YAML file (or passing the path of one), not editing code.
+
+The top-level `prompt_suffix` and `sampling` are the thinking mode's. A model that can answer without reasoning
+declares `instant:` (modes.py): the chat template variables that turn thinking off, the prompt suffix they give
+and the sampling recommended for it. A profile without it has no instant mode, and a run asking for one is
+refused before any GPU time.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any, Literal
 import yaml
 
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.modes import INSTANT, THINKING
 
 Thinking = Literal["prefilled", "generated"]
 
@@ -23,6 +29,23 @@ Thinking = Literal["prefilled", "generated"]
 class TokenFact:
     text: str
     id: int
+
+
+@dataclass(frozen=True)
+class ModeFacts:
+    """What one mode changes: the chat template's variables, the prompt's last tokens, the recommended sampling."""
+
+    name: str  # thinking | instant
+    prompt_suffix: tuple[TokenFact, ...]
+    sampling: dict[str, float] = field(default_factory=dict)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt_suffix_ids(self) -> tuple[int, ...]:
+        return tuple(t.id for t in self.prompt_suffix)
+
+    def describe_suffix(self) -> str:
+        return " ".join(f"{t.text!r} ({t.id})" for t in self.prompt_suffix)
 
 
 @dataclass(frozen=True)
@@ -40,6 +63,29 @@ class ModelProfile:
     # "remote_code": the model's own tokenizer is code shipped in its folder (Kimi-K2.5's tokenization_kimi.py);
     # a tokenizer folder without remote code is then a look-alike, and the loader warns (loader.py).
     reference_tokenizer: str = "any"
+    instant: ModeFacts | None = None  # None: the model has no instant mode
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The sample modes this model can generate in."""
+        return (THINKING, INSTANT) if self.instant is not None else (THINKING,)
+
+    def mode(self, name: str | None) -> ModeFacts:
+        """The facts of a sample mode (None: thinking, as samples written before modes existed)."""
+        if name in (None, THINKING):
+            return ModeFacts(THINKING, self.prompt_suffix, dict(self.sampling))
+        if name == INSTANT and self.instant is not None:
+            return self.instant
+        raise ConfigError(self.no_mode(str(name)))
+
+    def no_mode(self, name: str) -> str:
+        """The one line that refuses a mode this model lacks."""
+        if name == INSTANT:
+            return (
+                f"profile {self.name} declares no instant mode ({self.model} cannot be told not to reason): use mode "
+                "thinking, or a profile whose YAML declares instant (docs/generation.md, \"Modes\")"
+            )
+        return f"unknown mode {name!r}: a sample is generated in one of {list(self.modes)}"
 
     @property
     def eos(self) -> TokenFact:
@@ -113,11 +159,12 @@ def parse_profile(raw: Any, origin: str = "<profile>") -> ModelProfile:
         "prompt_suffix",
         "sampling",
         "reference_tokenizer",
+        "instant",
     }
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"profile {origin}: unknown key(s) {unknown}; allowed: {sorted(known)}")
-    missing = sorted(k for k in known - {"sampling", "reference_tokenizer"} if k not in raw)
+    missing = sorted(k for k in known - {"sampling", "reference_tokenizer", "instant"} if k not in raw)
     if missing:
         raise ConfigError(f"profile {origin}: missing key(s) {missing}")
     for key in ("vocab_size", "context_length"):
@@ -136,14 +183,7 @@ def parse_profile(raw: Any, origin: str = "<profile>") -> ModelProfile:
             raise ConfigError(f"profile {origin}: tokens.{name} id {fact.id} is outside the vocabulary")
     if not isinstance(raw["prompt_suffix"], list) or not raw["prompt_suffix"]:
         raise ConfigError(f"profile {origin}: prompt_suffix must be a non-empty list")
-    suffix = []
-    for i, item in enumerate(raw["prompt_suffix"]):
-        if isinstance(item, str):
-            if item not in tokens:
-                raise ConfigError(f"profile {origin}: prompt_suffix[{i}] names unknown token {item!r}")
-            suffix.append(tokens[item])
-        else:
-            suffix.append(_token_fact(item, f"prompt_suffix[{i}]", origin))
+    suffix = _suffix(raw["prompt_suffix"], "prompt_suffix", tokens, origin)
     if raw["thinking"] == "prefilled" and suffix[-1] != tokens["think_start"]:
         raise ConfigError(f"profile {origin}: thinking 'prefilled' needs prompt_suffix to end in think_start")
     reference = raw.get("reference_tokenizer", "any")
@@ -152,6 +192,7 @@ def parse_profile(raw: Any, origin: str = "<profile>") -> ModelProfile:
     sampling = raw.get("sampling") or {}
     if not isinstance(sampling, dict):
         raise ConfigError(f"profile {origin}: sampling must be a mapping")
+    instant = _instant(raw["instant"], tokens, tuple(suffix), origin) if raw.get("instant") is not None else None
     return ModelProfile(
         name=str(raw["name"]),
         model=str(raw["model"]),
@@ -162,4 +203,38 @@ def parse_profile(raw: Any, origin: str = "<profile>") -> ModelProfile:
         prompt_suffix=tuple(suffix),
         sampling=dict(sampling),
         reference_tokenizer=reference,
+        instant=instant,
     )
+
+
+def _suffix(raw: Any, where: str, tokens: dict[str, TokenFact], origin: str) -> list[TokenFact]:
+    """A prompt suffix: token names of `tokens` or {text, id} facts."""
+    suffix = []
+    for i, item in enumerate(raw):
+        if isinstance(item, str):
+            if item not in tokens:
+                raise ConfigError(f"profile {origin}: {where}[{i}] names unknown token {item!r}")
+            suffix.append(tokens[item])
+        else:
+            suffix.append(_token_fact(item, f"{where}[{i}]", origin))
+    return suffix
+
+
+def _instant(raw: Any, tokens: dict[str, TokenFact], thinking: tuple[TokenFact, ...], origin: str) -> ModeFacts:
+    """The `instant:` mapping: template_kwargs (what turns thinking off), prompt_suffix, sampling."""
+    where = f"profile {origin}: instant"
+    if not isinstance(raw, dict) or sorted(set(raw) - {"template_kwargs", "prompt_suffix", "sampling"}):
+        raise ConfigError(f"{where} must be a mapping of template_kwargs, prompt_suffix and sampling")
+    kwargs, suffix, sampling = raw.get("template_kwargs"), raw.get("prompt_suffix"), raw.get("sampling") or {}
+    if not isinstance(kwargs, dict) or not kwargs or not all(isinstance(k, str) for k in kwargs):
+        raise ConfigError(f"{where}.template_kwargs must name the chat template variables that turn thinking off")
+    if not isinstance(suffix, list) or not suffix:
+        raise ConfigError(f"{where}.prompt_suffix must be a non-empty list")
+    if not isinstance(sampling, dict):
+        raise ConfigError(f"{where}.sampling must be a mapping")
+    facts = tuple(_suffix(suffix, "instant.prompt_suffix", tokens, origin))
+    if tokens["think_end"] not in facts:  # Kimi ends in </think>, Qwen3 in </think> and a blank line
+        raise ConfigError(f"{where}.prompt_suffix must close the think block (hold think_end)")
+    if facts == thinking:
+        raise ConfigError(f"{where}.prompt_suffix is the thinking mode's: the two modes' prompts must differ")
+    return ModeFacts(INSTANT, facts, dict(sampling), dict(kwargs))

@@ -91,6 +91,8 @@ class PromptRecord:
     tools: list[dict[str, Any]] | None
     source: str | None
     origin: str  # where the record was read: "<file uri>:<line or row>"
+    # the mode it is rendered and generated in (modes.py): given by its category's mode, never by the source
+    mode: str = "thinking"
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +289,9 @@ def _validate_messages(messages: Any, limits: RecordLimits) -> list[dict[str, An
 
 
 def _validate_category(raw: dict[str, Any], category_hint: str | None) -> str:
+    if category_hint is not None:
+        return category_hint  # the recipe maps this source to a category: the record's own (a dataset's topic
+        # column, "Weather") is not read at all
     category = raw.get("category")
     if category is not None:
         if not isinstance(category, str) or not CATEGORY_PATTERN.fullmatch(category):
@@ -295,8 +300,6 @@ def _validate_category(raw: dict[str, Any], category_hint: str | None) -> str:
                 f"category {excerpt_of(category, 80)} must match [a-z0-9][a-z0-9_-]{{0,63}} "
                 "(lowercase letters, digits, '_' and '-')",
             )
-    if category_hint is not None:
-        return category_hint  # the recipe maps this source to a category
     if category is None:
         raise _Invalid("missing_category", "the record has no category (add one, or map its source in a recipe)")
     return category

@@ -991,6 +991,63 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         bounds=Bounds(0, 128),
     ),
     Setting(
+        "mode",
+        "thinking",
+        "what the pipeline generated before modes existed; a drafter that serves instant traffic needs instant or mix",
+        cli="--mode",
+        flag=Flag(
+            SAMPLING_FLAGS,
+            help=(
+                "thinking: the model reasons before it answers; instant: the chat template turns thinking off "
+                "(Kimi-K2.5's thinking=False: the prompt ends in <think></think>) and the answer has no reasoning; "
+                "mix: a share (--instant-fraction) of the prompts instant, chosen per prompt by a seeded hash; each "
+                "mode samples with the profile's recommendation for it (default: the recipe's, else thinking; "
+                'docs/generation.md "Modes")'
+            ),
+            choices="eagle_datagen.modes:MODES",
+        ),
+        recipe="defaults.mode",
+        form="mode",
+        param=FormParam(
+            "string",
+            "Mode",
+            (
+                "thinking: the model reasons first. instant: the chat template turns thinking off (the prompt ends "
+                "in an empty think block) and the answer has no reasoning. mix: a share of the prompts instant "
+                "(Instant fraction), chosen per prompt. Each mode samples with the model's recommendation for it."
+            ),
+            FORM_SAMPLING,
+        ),
+        config="mode",
+        option="sampling.mode",
+    ),
+    Setting(
+        "instant_fraction",
+        0.5,
+        "half and half, when a mix names no share",
+        cli="--instant-fraction",
+        flag=Flag(
+            SAMPLING_FLAGS,
+            help=(
+                "with --mode mix (or a recipe category's mode: mix): the share of prompts generated instant, the "
+                "same prompts on every rerun (default: the recipe's, else 0.5)"
+            ),
+            metavar="F",
+            type="fraction",
+        ),
+        recipe="defaults.instant_fraction",
+        form="instant_fraction",
+        param=FormParam(
+            "number",
+            "Instant fraction",
+            "With mode mix: the share of {category} prompts generated instant (0-1), the same prompts on every rerun.",
+            FORM_SAMPLING,
+        ),
+        config="instant_fraction",
+        option="sampling.instant_fraction",
+        bounds=Bounds(0, 1),
+    ),
+    Setting(
         "max_tool_steps",
         8,
         "8 tool calls in a row: longer loops are rare and mostly stuck",

@@ -68,6 +68,8 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
         "samples_per_prompt": recipe.samples_per_prompt_for(category),
         "turns": recipe.turns_for(category),
         "top_logprobs": recipe.top_logprobs_for(category),
+        "mode": recipe.mode_for(category),
+        "instant_fraction": recipe.instant_fraction_for(category),
         "max_rates": DiagnosisThresholds().with_rates(recipe.max_rates).rates(),
         "min_endpoints": recipe.min_endpoints or settings.MIN_ENDPOINTS,
         "output": output,

@@ -122,3 +122,30 @@ def test_reasoning_of_an_earlier_tool_loop_is_dropped_after_a_new_user_message(t
     text = tokenizer.apply_chat_template(messages, tools=[WEATHER_TOOL], add_generation_prompt=True, tokenize=False)
     assert "Call it." not in text and "Report it." not in text
     assert text.count("<think></think>") == 2 and text.endswith("<|im_assistant|>assistant<|im_middle|><think>")
+
+
+def test_an_instant_answer_is_all_reply_and_its_tool_loop_extends_token_for_token(tokenizer, kimi_profile):
+    """Instant mode: no reasoning and no </think> in the output; its tool calls parse, and the template
+    (thinking=False) renders the answer back so that the next step's prompt extends prompt + output exactly."""
+    messages = [{"role": "user", "content": "Weather in Oslo?"}]
+    prompt = tokenizer.apply_chat_template(
+        messages, tools=[WEATHER_TOOL], add_generation_prompt=True, tokenize=True, return_dict=False, thinking=False
+    )
+    assert prompt[-2:] == [THINK, THINK_END]
+    output = tool_call_output(tokenizer, "", "Let me check.", [("functions.get_weather:0", '{"city":"Oslo"}')])
+    output.remove(THINK_END)  # an instant answer: the reply and its calls alone
+    message = parse_output(tokenizer, output, kimi_profile, "instant")
+    assert (message.reasoning_content, message.content, message.problem) == ("", "Let me check.", None)
+    assert [c.name for c in message.tool_calls] == ["get_weather"]
+    assert parse_output(tokenizer, output, kimi_profile).problem == "no think-end token"  # read as thinking
+    result = {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "-3 C, snow"}
+    following = tokenizer.apply_chat_template(
+        [*messages, message.to_message(), result],
+        tools=[WEATHER_TOOL],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+        thinking=False,
+    )
+    assert following[: len(prompt) + len(output)] == prompt + output
+    assert following[-2:] == [THINK, THINK_END]

@@ -17,12 +17,12 @@ RECIPE = {
 
 def test_recipe_turns_per_category_and_the_flag_overrides_them():
     recipe = parse_recipe(RECIPE)
-    settings = category_settings(["chat", "agentic"], recipe, {}, SamplingOverrides())
+    settings = category_settings(["chat", "agentic"], recipe, None, SamplingOverrides())
     assert (settings["chat"].turns, settings["agentic"].turns) == ("last", "each")
     assert settings["agentic"].max_tool_steps == 3
-    forced = category_settings(["chat", "agentic"], recipe, {}, SamplingOverrides(turns="each"))
+    forced = category_settings(["chat", "agentic"], recipe, None, SamplingOverrides(turns="each"))
     assert {s.turns for s in forced.values()} == {"each"}
-    assert category_settings(["x"], None, {}, SamplingOverrides())["x"].turns == "last"
+    assert category_settings(["x"], None, None, SamplingOverrides())["x"].turns == "last"
 
 
 def test_a_bad_turns_value_is_one_line_naming_the_field():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -268,3 +269,29 @@ def test_turns_each_from_the_trigger_form_gives_one_row_per_user_turn(stack):
         ]
     assert len(rows) == user_turns and len({r["conversation_id"] for r in rows}) == PROMPTS["chat"]
     assert {(r["turn_index"], r["step_kind"], r["trajectory_end"]) for r in rows} == {(0, "user_turn", "complete")}
+
+
+def test_the_mode_from_the_trigger_form_reaches_every_row(stack):
+    """The form's `mode` and `instant_fraction` reach the plan: a mix of thinking and instant rows, each instant
+    prompt rendered with thinking=False (ending in <think></think>), counted per mode in the manifest."""
+    output = stack["output"] + "-modes"
+    conf = RUN_CONF | {"output": output, "mode": "mix", "instant_fraction": 0.5}
+    run, tasks = run_dag("eagle_datagen__math", conf)
+    assert run.state == "success", tasks
+    with reading(stack | {"output": output}) as root:
+        [manifest] = list_manifests(root)
+        rows = [
+            row
+            for f in manifest["files"]
+            if f["kind"] in ("data", "quarantine")
+            for row in decode_shard(root.read_bytes(f["key"])).to_pylist()
+        ]
+    assert len(rows) == PROMPTS["math"] and {r["mode"] for r in rows} == {"thinking", "instant"}
+    for row in rows:
+        assert row["prompt_ids"][-1] == (163607 if row["mode"] == "instant" else 163606)
+        assert (163607 in row["output_ids"]) == (row["mode"] == "thinking")
+    counts = manifest["counts"]["modes"]
+    assert {m: c["samples"] for m, c in counts.items()} == dict(Counter(r["mode"] for r in rows))
+    assert manifest["sampling"]["math"]["mode"] == "mix" and manifest["sampling"]["math"]["instant_fraction"] == 0.5
+    instant = manifest["sampling"]["math"]["sampling_by_mode"]["instant"]
+    assert instant["temperature"] == 0.6  # the recipe sets none: the profile's instant recommendation

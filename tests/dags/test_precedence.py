@@ -43,7 +43,7 @@ def planned_sampling(config: RunConfig) -> dict[str, dict]:
     options = config.options()
     recipe = load_recipe(options.prompts.recipe)
     profile = load_profile(options.prompts.profile)
-    chosen = category_settings(sorted(recipe.categories), recipe, profile.sampling, options.sampling)
+    chosen = category_settings(sorted(recipe.categories), recipe, profile, options.sampling)
     return {c: s.sampling for c, s in chosen.items()}
 
 

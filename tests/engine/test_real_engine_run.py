@@ -97,6 +97,34 @@ def test_preflight_reads_the_real_server(engine, loaded_tokenizer, kimi_profile)
     assert server_info["reasoning_parser"] is None and server_info["enable_deterministic_inference"] is False
 
 
+def test_both_modes_reach_the_real_server_as_rendered(engine, tmp_path):
+    """A mix against the real server: every row carries its mode, an instant prompt reached the server ending in
+    <think></think> (thinking=False, rendered by the client) and a thinking one in <think>, and the rows are what
+    the server returned. The tiny model was not trained on instant prompts: its instant answers may hold a think
+    token and be quarantined (think_token_in_instant), which the rates below let the run publish."""
+    server, proxy = engine
+    proxy.clear()
+    args, out = run_args(tmp_path, proxy.url, "modes", "--mode", "mix", "--instant-fraction", "0.5", "--seed", "1",
+                         "--max-rate", "think_token_in_instant=1", "--max-rate", "missing_think_end=1",
+                         "--max-rate", "finish_length=1", "--max-rate", "empty_answer=1")
+    result = run_cli(args, timeout_s=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = published_rows(out, "modes")
+    every = rows["data"] + rows["quarantine"]
+    assert len(every) == len({r["sample_id"] for r in every}) == PROMPTS * SAMPLES
+    assert {r["mode"] for r in every} == {"thinking", "instant"}
+    assert_rows_match_server(every, proxy.exchanges)
+    for row in every:
+        tail = [THINK_START, THINK_END] if row["mode"] == "instant" else [THINK_START]
+        assert row["prompt_ids"][-len(tail) - 1 :] == [163601, *tail]
+    sent = {tuple(e.input_ids[-2:]) for e in proxy.exchanges if e.input_ids}
+    assert (THINK_START, THINK_END) in sent and (163601, THINK_START) in sent
+    reasons = {r["reject_reason"] for r in rows["quarantine"]}
+    assert reasons <= MODEL_REJECTS | {"think_token_in_instant", "empty_answer", "repetition_loop"}
+    manifest = json.loads((out / "manifests" / "run=modes.json").read_text())
+    assert sum(c["samples"] for c in manifest["counts"]["modes"].values()) == PROMPTS * SAMPLES
+
+
 def test_server_sigkilled_mid_run_then_restarted(engine, tmp_path):
     """The server dies mid-run (SIGKILL of its process group): the run gives up on it, the server comes back
     on the same port, the rerun with the same run id finishes, and every sample is stored exactly once."""

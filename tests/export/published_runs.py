@@ -52,23 +52,6 @@ def shard_rows(first: int, n: int, category: str, run_id: str, seed: int = 0) ->
     ]
 
 
-def with_mode_column(table, modes: list[str | None]) -> bytes:
-    """A shard with the `mode` column the thinking/instant work adds to the contract (null: a row written before
-    it), as a writer of that contract would write it."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from eagle_datagen.storage.parquet import write_options
-
-    options = write_options(table)
-    table = table.append_column("mode", pa.array(modes, pa.string()))
-    options["use_dictionary"] = [*options["use_dictionary"], "mode"]
-    options["write_statistics"] = [*options["write_statistics"], "mode"]
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, **options)
-    return sink.getvalue().to_pybytes()
-
-
 def publish(
     root: OutputRoot,
     run_id: str,
@@ -82,13 +65,11 @@ def publish(
     files, tokens = [], TokenCounter(VOCAB)
     for category, tables in shards.items():
         for index, rows in enumerate(tables):
+            if modes is not None:  # null: a row of a writer that left the mode out (read as thinking)
+                rows = [dict(row, mode=modes.get(row["sample_id"])) for row in rows]
             table = samples_table(rows)
             tokens.add(table)
-            payload = (
-                encode_shard(table)
-                if modes is None
-                else with_mode_column(table, [modes.get(r["sample_id"]) for r in rows])
-            )
+            payload = encode_shard(table)
             stored = put_once(root, f"data/category={category}/run={run_id}/part-{index:05d}.parquet", payload)
             files.append(ManifestFile.of(stored, "data", rows=len(rows), category=category))
     draft = build_draft_vocab(tokens.counts, k) if k else None

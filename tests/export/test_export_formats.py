@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 
+import datasets
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from published_runs import VOCAB, assemble, publish, shard_rows
@@ -20,7 +23,10 @@ from eagle_datagen.export.stage import ExportOptions, run_export
 from eagle_datagen.export.torch_file import read_tensors
 from eagle_datagen.stats.draft_vocab import DraftVocab, build_draft_vocab
 from eagle_datagen.stats.statistics import TokenCounter
+from eagle_datagen.storage.manifest import Manifest, ManifestFile, write_manifest
+from eagle_datagen.storage.objects import put_once
 from eagle_datagen.storage.output_root import LocalOutputRoot
+from eagle_datagen.storage.parquet import encode_shard, samples_table
 
 K = 40
 
@@ -270,3 +276,31 @@ def test_the_command_line_assembles_the_release_the_dag_does(tmp_path):
     printed = json.loads(result.stdout)
     assert printed["counts"]["samples"] == 5 and sorted(printed["categories"]) == ["code", "math"]
     assert json.loads(root.read_bytes("releases/release=rel.json"))["counts"]["samples"] == 5
+
+
+def test_export_counts_rows_per_mode_and_reads_shards_of_contract_1_0(tmp_path):
+    """export_info.yaml counts the exported rows per mode; a shard written before the mode column (v1.0: no
+    column, no minor version) exports as thinking, in every format, the hf one (every column) included."""
+    root = LocalOutputRoot(str(tmp_path / "out"))
+    new = [row | {"mode": "instant"} for row in shard_rows(0, 3, "chat", "r")]
+    old = samples_table(shard_rows(3, 4, "chat", "r")).drop_columns(["mode"])
+    sink = pa.BufferOutputStream()
+    pq.write_table(old.replace_schema_metadata({"eagle_datagen.contract": "1"}), sink)
+    files = [
+        ManifestFile.of(put_once(root, f"data/category=chat/run=r/part-{i:05d}.parquet", data), "data", rows=n,
+                        category="chat")
+        for i, (data, n) in enumerate(((encode_for_test(new), 3), (sink.getvalue().to_pybytes(), 4)))
+    ]  # fmt: skip
+    counts = {"samples": 7, "data": 7, "quarantine": 0, "reasons": {}}
+    write_manifest(root, Manifest("r", "moonshotai/Kimi-K2.5", "kimi-k2.5", {}, {}, counts, files))
+    for fmt in ("jsonl", "hf"):
+        to = tmp_path / (fmt + (".jsonl" if fmt == "jsonl" else ""))
+        run_export(root, ExportOptions(format=fmt, to=str(to), run_id="r", draft_vocab_size=8))
+        info_path = to / "export_info.yaml" if fmt == "hf" else tmp_path / "jsonl.jsonl.export_info.yaml"
+        assert yaml.safe_load(info_path.read_text())["modes"] == {"instant": 3, "thinking": 4}
+    assert len(read_rows("hf", tmp_path / "hf", tmp_path)) == 7
+    assert sorted(datasets.load_from_disk(str(tmp_path / "hf"))["mode"]) == ["instant"] * 3 + ["thinking"] * 4
+
+
+def encode_for_test(rows: list[dict]) -> bytes:
+    return encode_shard(samples_table(rows))

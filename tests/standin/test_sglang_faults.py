@@ -297,3 +297,31 @@ def test_a_stuck_scheduler_answers_nothing_but_health_after_its_nth_request():
         for path in ("/v1/loads", "/health_generate"):  # /health_generate: 503 only after SGLang's 20 s
             with pytest.raises(requests.Timeout):
                 requests.get(stuck.url + path, timeout=0.5)
+
+
+INSTANT_PROMPT = PROMPT + [THINK_END]  # rendered with thinking=False: the think block is closed
+
+
+def test_an_instant_prompt_is_answered_without_think_tokens(sim):
+    """As the real model does in instant mode: the answer alone, then the EOS; a thinking prompt still reasons."""
+    body = {"input_ids": INSTANT_PROMPT, "sampling_params": {"max_new_tokens": 1000, "sampling_seed": 4}}
+    answer = post(sim, body).json()
+    ids = answer["output_ids"]
+    assert THINK_START not in ids and THINK_END not in ids and ids[-1] == EOS
+    assert answer["meta_info"]["completion_tokens"] == len(ids) > 1
+    assert THINK_END in clean_output(sim)
+    sim.set_faults({"no_think_end": 1.0})  # nothing to leave out of an instant answer
+    assert post(sim, body).json()["output_ids"] == ids
+
+
+def test_think_in_instant_answers_an_instant_prompt_with_reasoning(sim):
+    """The wrong shape a model that ignores the template's switch gives: reasoning and </think> after the
+    instant prompt. Thinking prompts are not affected."""
+    body = {"input_ids": INSTANT_PROMPT, "sampling_params": {"max_new_tokens": 1000, "sampling_seed": 4}}
+    clean = clean_output(sim)
+    sim.set_faults({"think_in_instant": 1.0})
+    ids = post(sim, body).json()["output_ids"]
+    assert ids.count(THINK_END) == 1 and ids[-1] == EOS and ids.index(THINK_END) > 0
+    assert post(sim).json()["output_ids"] == clean
+    stats = requests.get(sim.url + "/sim/stats").json()
+    assert stats["faults"]["think_in_instant"] == 2

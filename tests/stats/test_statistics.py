@@ -287,3 +287,29 @@ def test_prompt_cache_is_unknown_when_no_sample_reports_it(kimi_profile):
         "prompt_tokens": 0,
         "cached_share": None,
     }
+
+
+def test_counts_and_lengths_by_mode(kimi_profile):
+    """A table without `mode` (contract v1.0) counts as thinking; an instant answer is all answer (no reasoning,
+    not a sample without </think>); per category and mode: samples, valid, quarantined, trained tokens, reasons."""
+    instant = samples([("math", [1, 163606, TE], [50, 51, 52, EOS], "stop")]).append_column(
+        "mode", pa.array(["instant"], pa.string())
+    )
+    rejected = samples(
+        [("math", [1, 163606, TE], [TE, 5, EOS], "stop", "think_token_in_instant")], quarantine=True
+    ).append_column("mode", pa.array(["instant"], pa.string()))
+    stats = compute_statistics([*DATA, instant], [*QUARANTINE, rejected], kimi_profile)
+    math = stats["categories"]["math"]
+    assert math["without_think_end"] == 1  # the thinking sample cut at max_new_tokens, not the instant one
+    answer, reasoning = math["lengths"]["answer"], math["lengths"]["reasoning"]
+    assert (answer["count"], answer["max"], reasoning["count"]) == (3, 3, 2)
+    by_mode = stats["modes"]
+    assert by_mode["all"] == {
+        "instant": {"samples": 2, "valid": 1, "quarantined": 1, "output_tokens": 4,
+                    "reject_reasons": {"think_token_in_instant": 1}},
+        "thinking": {"samples": 7, "valid": 4, "quarantined": 3, "output_tokens": 18,
+                     "reject_reasons": {"no_think_end": 2, "truncated": 1}},
+    }  # fmt: skip
+    assert set(by_mode["categories"]["math"]) == {"thinking", "instant"}
+    assert set(by_mode["categories"]["code"]) == {"thinking"}
+    json.dumps(stats)

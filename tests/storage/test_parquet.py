@@ -57,9 +57,11 @@ ADDED = [
     ("output_logprobs", pa.list_(pa.float32()), True),
     ("top_logprob_ids", pa.list_(pa.int32()), True),
     ("top_logprobs", pa.list_(pa.float32()), True),
+    # contract v1.1: thinking | instant
+    ("mode", pa.string(), True),
 ]
 CONVERSATION_COLUMNS = [name for name, _, _ in ADDED[1:7]]
-LOGPROB_COLUMNS = [name for name, _, _ in ADDED[7:]]
+LOGPROB_COLUMNS = [name for name, _, _ in ADDED[7:10]]
 SAMPLING = json.dumps({"max_new_tokens": 2048, "temperature": 1.0}, sort_keys=True)
 
 
@@ -83,7 +85,7 @@ def row(i: int, **changes) -> dict:
         "run_id": "run-1",
         "weight_version": "default",
         "cached_tokens": 3,
-    } | dict.fromkeys(CONVERSATION_COLUMNS + LOGPROB_COLUMNS)
+    } | dict.fromkeys(CONVERSATION_COLUMNS + LOGPROB_COLUMNS) | {"mode": "thinking"}
     return base | changes
 
 
@@ -104,7 +106,7 @@ def test_schemas_fix_columns_order_types_and_contract_metadata():
     assert fields(SAMPLE_SCHEMA) == SAMPLE_COLUMNS + ADDED
     assert fields(QUARANTINE_SCHEMA) == SAMPLE_COLUMNS + QUARANTINE_EXTRA + ADDED
     for schema in (SAMPLE_SCHEMA, QUARANTINE_SCHEMA):
-        assert schema.metadata == {b"eagle_datagen.contract": b"1"}
+        assert schema.metadata == {b"eagle_datagen.contract": b"1", b"eagle_datagen.contract_minor": b"1"}
 
 
 def test_round_trip_preserves_every_value_type_and_null():
@@ -139,6 +141,30 @@ def test_a_shard_written_before_cached_tokens_existed_still_decodes(quarantine):
     assert decoded.schema.equals(QUARANTINE_SCHEMA if quarantine else SAMPLE_SCHEMA, check_metadata=True)
     assert decoded.column("cached_tokens").to_pylist() == [None, None]
     assert decoded.column("sample_id").to_pylist() == [row(0)["sample_id"], row(1)["sample_id"]]
+
+
+@pytest.mark.parametrize("quarantine", [False, True])
+def test_a_shard_of_contract_1_0_decodes_as_thinking(quarantine):
+    """v1.1 added `mode`: a shard written before it (no column, no minor version) decodes with mode thinking,
+    the only mode there was."""
+    extra = {"reject_reason": "no_eos", "reject_detail": "x"} if quarantine else {}
+    table = samples_table([row(0) | extra, row(1) | extra], quarantine=quarantine).drop_columns(["mode"])
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.replace_schema_metadata({"eagle_datagen.contract": "1"}), sink)
+    decoded = decode_shard(sink.getvalue().to_pybytes())
+    assert decoded.schema.equals(QUARANTINE_SCHEMA if quarantine else SAMPLE_SCHEMA, check_metadata=True)
+    assert decoded.column("mode").to_pylist() == ["thinking", "thinking"]
+
+
+def test_a_reader_of_contract_1_0_reads_a_1_1_shard_unchanged():
+    """What a v1.0 reader checks (the major version) and reads (its columns by name) is what it was."""
+    rows = [row(0, mode="instant", prompt_ids=[163587, 5, 163606, 163607], reasoning_tokens=None), row(1)]
+    data = encode_shard(samples_table(rows))
+    parquet_file = pq.ParquetFile(pa.BufferReader(data))
+    assert parquet_file.schema_arrow.metadata[b"eagle_datagen.contract"] == b"1"
+    v1_0 = [name for name, _, _ in SAMPLE_COLUMNS + ADDED[:-1]]
+    old = parquet_file.read(columns=v1_0)
+    assert old.to_pylist() == [{k: r[k] for k in v1_0} for r in rows]
 
 
 def test_quarantine_round_trip():

@@ -97,6 +97,11 @@ CASES = {
     "id_out_of_range": (KIMI, kimi(REASONING + [163840, END] + ANSWER + [EOS]), None),
     "no_eos": (KIMI, kimi(REASONING + [END] + ANSWER), None),
     "think_start_in_output": (KIMI, kimi(REASONING + [THINK, END] + ANSWER + [EOS]), None),
+    "think_token_in_instant": (
+        KIMI,
+        row(KIMI_PROMPT + [END], REASONING + [END] + ANSWER + [EOS], mode="instant"),
+        None,
+    ),
     "missing_think_start": (QWEN, qwen(REASONING + [Q_END] + ANSWER + [Q_EOS]), None),
     "multiple_think_start": (QWEN, qwen([Q_THINK] + REASONING + [Q_THINK, Q_END] + ANSWER + [Q_EOS]), None),
     "missing_think_end": (KIMI, kimi(REASONING + ANSWER + [EOS]), None),

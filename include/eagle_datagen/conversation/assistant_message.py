@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle_datagen.modes import INSTANT, THINKING
 from eagle_datagen.profile import ModelProfile
 
 TOOL_TOKENS = ("tool_calls_begin", "tool_calls_end", "tool_call_begin", "tool_call_argument_begin", "tool_call_end")
@@ -84,16 +85,22 @@ def _parse_calls(tokenizer: Any, ids: list[int], tool: dict[str, int]) -> tuple[
     return calls, None
 
 
-def parse_output(tokenizer: Any, output_ids: list[int], profile: ModelProfile) -> AssistantMessage:
-    """The assistant message of one generation (a prompt that prefills the think-start token)."""
+def parse_output(
+    tokenizer: Any, output_ids: list[int], profile: ModelProfile, mode: str = THINKING
+) -> AssistantMessage:
+    """The assistant message of one generation (a prompt that prefills the think-start token); in instant mode the
+    whole output is the answer (the prompt closed the think block), with no reasoning."""
     ids = list(output_ids)
     if ids and ids[-1] == profile.eos.id:
         ids = ids[:-1]
     think_end = profile.think_end.id
-    if think_end not in ids:
+    if mode == INSTANT:
+        reasoning, answer = [], ids
+    elif think_end not in ids:
         return AssistantMessage("", _decode(tokenizer, ids), problem="no think-end token")
-    split = ids.index(think_end)
-    reasoning, answer = ids[:split], ids[split + 1 :]
+    else:
+        split = ids.index(think_end)
+        reasoning, answer = ids[:split], ids[split + 1 :]
     tool = tool_token_ids(profile)
     if tool is None or tool["tool_calls_begin"] not in answer:
         return AssistantMessage(_decode(tokenizer, reasoning), _decode(tokenizer, answer))

@@ -1,6 +1,8 @@
 """Generate one conversation step by step (`turns: each`): render, generate, parse, continue.
 
-Steps of one conversation run in order (step k's prompt holds the model's answers of steps < k); many
+Every step is rendered, generated and validated in the conversation's mode (an instant conversation's steps all
+end in `<think></think>`, and its answers hold no reasoning). Steps of one conversation run in order (step k's
+prompt holds the model's answers of steps < k); many
 conversations run at once, so the servers stay as busy as with single-turn samples. Each finished step is
 checkpointed with its prompt ids and its place in the conversation; on a rerun, stored steps are replayed
 (never sent again) and the conversation continues from its last stored step.
@@ -23,14 +25,18 @@ from eagle_datagen.conversation.trajectory import StepKind, Trajectory
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.logprobs import LOGPROBS_KEY
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
+from eagle_datagen.modes import THINKING
 from eagle_datagen.profile import ModelProfile
+from eagle_datagen.tokenization.tokenize import render_prompt
 from eagle_datagen.validation.rules import ValidationLimits, validate_sample
 
 log = logging.getLogger(__name__)
 AddRow = Callable[[int, dict[str, Any]], Awaitable[None]]
 
 
-def validation_row(prompt_ids: list[int], saved: dict[str, Any], top_logprobs: int = 0) -> dict[str, Any]:
+def validation_row(
+    prompt_ids: list[int], saved: dict[str, Any], mode: str = THINKING, top_logprobs: int = 0
+) -> dict[str, Any]:
     """The generated-row columns validation reads, from a checkpointed result (as publish.py builds them);
     `top_logprobs`: the k the request asked for (the answer's logprobs are checked too)."""
     meta, finish = saved.get("meta_info") or {}, saved.get("finish_reason") or {}
@@ -41,6 +47,7 @@ def validation_row(prompt_ids: list[int], saved: dict[str, Any], top_logprobs: i
         "completion_tokens": int(meta.get("completion_tokens", len(saved["output_ids"]))),
         "prompt_tokens": int(meta.get("prompt_tokens", len(prompt_ids))),
         "error": saved["error"],
+        "mode": mode,
     } | soft_targets(top_logprobs, meta)
 
 
@@ -68,10 +75,12 @@ class ConversationRunner:
         self.stored = stored
         self.on_answer = on_answer
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-        """The template's text, encoded without added special tokens: what apply_chat_template(tokenize=True)
-        gives (as tokenization/tokenize.py does), at half its cost (it runs on the event loop, once a step)."""
-        text = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, mode: str = THINKING
+    ) -> list[int]:
+        """The template's text in `mode`, encoded without added special tokens: what apply_chat_template(tokenize=
+        True) gives (as tokenization/tokenize.py does), at half its cost (it runs on the event loop, once a step)."""
+        text = render_prompt(self.tokenizer, messages, tools, self.profile.mode(mode).template_kwargs)
         backend = getattr(self.tokenizer, "backend_tokenizer", None)  # a fast tokenizer: skip the wrapper's work
         if backend is not None:
             return backend.encode(text, add_special_tokens=False).ids
@@ -90,14 +99,15 @@ class ConversationRunner:
         validation limits still continues the conversation it stored."""
         if saved["error"]:
             return "error", None, None
-        row = validation_row(prompt_ids, saved, job.top_logprobs)
+        row = validation_row(prompt_ids, saved, job.mode, job.top_logprobs)
         if not replayed and validate_sample(row, self.profile, self.limits) is not None:
             return "quarantined", None, None
-        following = trajectory.after_answer(parse_output(self.tokenizer, saved["output_ids"], self.profile))
+        answer = parse_output(self.tokenizer, saved["output_ids"], self.profile, job.mode)
+        following = trajectory.after_answer(answer)
         if isinstance(following, str):
             return following, None, None
         try:
-            ids = self.render(following.messages, job.tools)
+            ids = self.render(following.messages, job.tools, job.mode)
         except Exception as exc:  # templates may raise anything
             log.warning("conversation %s: the template failed on its next step: %s", job.conversation_id, exc)
             return "template_error", None, None
@@ -110,7 +120,7 @@ class ConversationRunner:
         stored = self.stored.get(job.shard, {})
         trajectory = Trajectory.of(job.messages, job.max_tool_steps)
         try:
-            prompt_ids = self.render(trajectory.first_step().messages, job.tools)
+            prompt_ids = self.render(trajectory.first_step().messages, job.tools, job.mode)
         except Exception as exc:  # templates may raise anything: record it (quarantined), never drop it
             if job.first_sample_id not in stored:
                 await self.add_row(job.shard, self._unrendered(job, f"template_error: {exc}"))
@@ -136,7 +146,8 @@ class ConversationRunner:
                     prompt_ids,
                     job.step_sampling(turn_index),
                     job.shard,
-                    job.top_logprobs,
+                    top_logprobs=job.top_logprobs,
+                    mode=job.mode,
                 )
                 result = await self.client.generate(request)
                 if result.retryable:

@@ -82,6 +82,9 @@ def readme_text(info: dict[str, Any]) -> str:
         f"model `{source['model']}`, weight version `{source['weight_version']}`",
         f"- rows: {rows['rows_exported']:,} ({rows['tokens']:,} tokens, {rows['supervised_tokens']:,} supervised); "
         f"categories: {', '.join(info['categories'])}",
+        "- modes (rows): "
+        + (", ".join(f"{mode} {n:,}" for mode, n in (info.get("modes") or {}).items()) or "none")
+        + " (thinking: the model reasoned first; instant: the template turned thinking off)",
         f"- sequence-length cut: {limit}",
         f"- mix: {_mix_line(info['mix'])}",
         f"- shuffled: {'seed ' + str(info['shuffle_seed']) if info['shuffle_seed'] is not None else 'no'}",

@@ -22,7 +22,7 @@ from eagle_datagen.storage.local_copy import local_copy
 from eagle_datagen.storage.manifest import manifest_key, read_manifest
 from eagle_datagen.storage.objects import sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot
-from eagle_datagen.storage.parquet import ADDED_COLUMNS, SAMPLE_SCHEMA
+from eagle_datagen.storage.parquet import ADDED_COLUMNS, SAMPLE_SCHEMA, added_column
 from eagle_datagen.storage.releases import read_release, release_key
 from eagle_datagen.storage.reorder import slices
 
@@ -78,18 +78,25 @@ class ExportSource:
         for entry in self.files:
             exported = entry.category in self.categories
             names = wanted if exported else ["sample_id"]
+            schema = pa.schema([SAMPLE_SCHEMA.field(name) for name in names])
             with local_copy(self.root, entry.key) as (path, sha256):
                 self._check(entry, sha256)
                 parquet = pq.ParquetFile(str(path), memory_map=False)
-                present = [n for n in names if n in parquet.schema_arrow.names]
-                missing = [n for n in names if n not in present]
-                unknown = [n for n in missing if n not in ADDED_COLUMNS and n != MODE_COLUMN]
+                stored = set(parquet.schema_arrow.names)
+                # a shard older than an added column (contract v1.0 has no mode, no soft targets) gets it filled in
+                absent = [n for n in names if n not in stored]
+                unknown = [n for n in absent if n not in ADDED_COLUMNS]
                 if unknown:
                     raise DataGenError(
                         f"{self.root.location(entry.key)} lacks the contract's columns {unknown}: it is no data shard"
                     )
                 for group in range(parquet.metadata.num_row_groups):
-                    table = _contract_columns(parquet.read_row_group(group, columns=present), names)
+                    table = parquet.read_row_group(group, columns=[n for n in names if n not in absent])
+                    for name in absent:
+                        table = table.append_column(name, added_column(name, table.num_rows))
+                    table = table.select(names).cast(schema)
+                    if MODE_COLUMN in names:  # a null mode is thinking too (export/mix.py)
+                        table = with_modes(table)
                     if self.kind == "release":  # the release kept the first row of each sample id, in its order
                         ids = table.column("sample_id").to_pylist()
                         keep = [sample_id not in seen for sample_id in ids]
@@ -113,23 +120,6 @@ class ExportSource:
         """The manifest's (or release's) checksums of every file the export read."""
         listed = [*self.exported_files, *([self.draft_vocab_file] if self.draft_vocab_file else [])]
         return [{"key": f.key, "sha256": f.sha256, **({"rows": f.rows} if f.rows is not None else {})} for f in listed]
-
-
-def _contract_columns(table: pa.Table, names: list[str]) -> pa.Table:
-    """`table` with `names` in that order, cast to the contract's types; an added column the file lacks as nulls
-    (`mode` as DEFAULT_MODE, by export/mix.py's `with_modes`)."""
-    columns = []
-    for name in names:
-        if name == MODE_COLUMN:
-            continue
-        field = SAMPLE_SCHEMA.field(name)
-        present = name in table.column_names
-        columns.append(table.column(name).cast(field.type) if present else pa.nulls(table.num_rows, field.type))
-    result = pa.Table.from_arrays(columns, names=[n for n in names if n != MODE_COLUMN])
-    if MODE_COLUMN in names:
-        modes = table.select([MODE_COLUMN]) if MODE_COLUMN in table.column_names else table.select([])
-        result = with_modes(result.append_column(MODE_COLUMN, modes.column(0)) if modes.num_columns else result)
-    return result
 
 
 def _check_categories(wanted: list[str] | None, available: list[str], what: str) -> None:

@@ -130,6 +130,12 @@ class ModeTally:
             result.setdefault(category, {})[mode] = {"read": self.read[pair], "exported": self.exported[pair]}
         return result
 
+    def exported_by_mode(self) -> dict[str, int]:
+        by_mode: Counter[str] = Counter()
+        for (_, mode), n in self.exported.items():
+            by_mode[mode] += n
+        return dict(sorted((mode, n) for mode, n in by_mode.items() if n))
+
 
 def _row_tables(
     source: ExportSource,
@@ -315,6 +321,7 @@ def _write(
     if sample_ids is not None:
         files.append("sample_ids.txt")
     info = _info(options, source, counts, vocab, vocab_from, files, modes)
+    info["modes"] = modes.exported_by_mode()  # rows written per mode, copies included
     if writer_cls.folder:
         files += ["export_info.yaml", "README.md"]
         info["files"] = files

@@ -125,16 +125,17 @@ def skip_published(
         return None
     if not catalog.sample_ids:
         return None
-    by_category: dict[str, tuple[int, str]] = {}  # samples per prompt, sample_id_tail
+    by_category: dict[tuple[str, str], tuple[int, str]] = {}  # (category, mode) -> samples per prompt, tail
     known = catalog.sample_ids
 
     def skip(record: PromptRecord) -> bool:
-        category = by_category.get(record.category)
+        key = (record.category, record.mode)  # the record's mode is set before it is asked about
+        category = by_category.get(key)
         if category is None:
             settings = settings_for([record.category])[record.category]
-            category = by_category[record.category] = (
+            category = by_category[key] = (
                 settings.samples_per_prompt,
-                sample_id_tail(model, settings.sampling),
+                sample_id_tail(model, settings.sampling_of(record.mode), record.mode),
             )
         ids = sample_id_digests([record.prompt_id], *category)
         return all(known.has(ids[at : at + 16]) for at in range(0, len(ids), 16))

@@ -21,6 +21,7 @@ from eagle_datagen.conversation.job import ConversationJob
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.plan_order import extensions_together
 from eagle_datagen.inference.samples import SampleRequest
+from eagle_datagen.modes import INSTANT, THINKING, prompt_mode
 from eagle_datagen.settings import new_run_hint
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.storage.parquet import read_parquet_bytes
@@ -35,6 +36,9 @@ PLAN_SCHEMA = pa.schema(
         ("sample_indices", pa.list_(pa.int32())),  # which samples of the prompt this run generates
         # turns: each: the source conversation as JSON {"messages", "tools"}; null for turns: last
         ("conversation", pa.string()),
+        # the mode the prompt was rendered in and is generated in (modes.py); a plan written before modes has
+        # none: thinking
+        ("mode", pa.string()),
     ]
 )
 
@@ -49,11 +53,26 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class CategorySettings:
-    sampling: dict[str, Any]  # SGLang sampling_params without the per-sample seed
+    # SGLang sampling_params without the per-sample seed: of the category's mode (of thinking in a mix)
+    sampling: dict[str, Any]
     samples_per_prompt: int
     turns: str = "last"  # "each": one generation step per assistant turn (conversation/driver.py)
     max_tool_steps: int = 8
     top_logprobs: int = 0  # k > 0: each answer's top-k logprobs per output token are stored (inference/logprobs.py)
+    # thinking | instant | mix (modes.py). A mix also keeps the share of instant prompts, the seed that chooses
+    # them and the instant samples' sampling; a plan written before modes loads as thinking.
+    mode: str = THINKING
+    instant_fraction: float | None = None
+    mode_seed: int | None = None
+    instant_sampling: dict[str, Any] | None = None
+
+    def sampling_of(self, mode: str | None) -> dict[str, Any]:
+        """The sampling of a sample generated in `mode` (None: the category's own)."""
+        return self.instant_sampling if mode == INSTANT and self.instant_sampling is not None else self.sampling
+
+    def mode_of(self, prompt_id: str) -> str:
+        """The mode a prompt of this category is generated in."""
+        return prompt_mode(self.mode, self.instant_fraction, self.mode_seed or 0, prompt_id)
 
 
 @dataclass(frozen=True)
@@ -169,6 +188,7 @@ def write_plan(root: OutputRoot, plan: RunPlan, shard_prompts: list[list[Planned
                     _conversation_json(p) if plan.categories[p.record.category].turns == "each" else None
                     for p, _ in prompts
                 ],
+                "mode": [p.record.mode for p, _ in prompts],
             },
             schema=PLAN_SCHEMA,
         )
@@ -214,6 +234,7 @@ def shard_conversations(root: OutputRoot, plan: RunPlan, index: int) -> list[Con
     jobs = []
     for row in read_shard_rows(root, plan, index):
         source = json.loads(row["conversation"])
+        mode = row.get("mode") or THINKING
         for k in row["sample_indices"]:
             jobs.append(
                 ConversationJob(
@@ -224,10 +245,11 @@ def shard_conversations(root: OutputRoot, plan: RunPlan, index: int) -> list[Con
                     messages=source["messages"],
                     tools=source["tools"],
                     model=plan.model,
-                    sampling=settings.sampling,
+                    sampling=settings.sampling_of(mode),
                     max_tool_steps=settings.max_tool_steps,
                     shard=index,
                     top_logprobs=settings.top_logprobs,
+                    mode=mode,
                 )
             )
     return jobs
@@ -242,6 +264,7 @@ def shard_requests(root: OutputRoot, plan: RunPlan, index: int) -> list[SampleRe
     settings = plan.categories[info.category]
     requests = []
     for row in read_shard_rows(root, plan, index):
+        mode = row.get("mode") or THINKING
         for k in row["sample_indices"]:
             requests.append(
                 SampleRequest.create(
@@ -251,9 +274,10 @@ def shard_requests(root: OutputRoot, plan: RunPlan, index: int) -> list[SampleRe
                     sample_index=k,
                     prompt_ids=row["prompt_ids"],
                     model=plan.model,
-                    sampling=settings.sampling,
+                    sampling=settings.sampling_of(mode),
                     shard=index,
                     top_logprobs=settings.top_logprobs,
+                    mode=mode,
                 )
             )
     return requests

@@ -29,6 +29,7 @@ from eagle_datagen.generation.plan import (
 )
 from eagle_datagen.generation.plan_order import family_order
 from eagle_datagen.inference.samples import sample_id_digests, sample_id_tail
+from eagle_datagen.modes import sample_modes
 from eagle_datagen.records import PromptRecord
 from eagle_datagen.settings import named
 from eagle_datagen.storage.output_root import OutputRoot
@@ -60,6 +61,13 @@ def source_and_plan(
     def conversations(categories: list[str]) -> set[str]:
         return {c for c, s in settings_for(categories).items() if s.turns == "each"}
 
+    known: dict[str, CategorySettings] = {}
+
+    def mode_of(record: PromptRecord) -> str:
+        if record.category not in known:
+            known[record.category] = settings_for([record.category])[record.category]
+        return known[record.category].mode_of(record.prompt_id)
+
     skipped = 0
 
     def counted_skip(record: PromptRecord) -> bool:
@@ -70,7 +78,8 @@ def source_and_plan(
         return known
 
     rejects_key = f"rejects/run={run_id}/rejects.jsonl"
-    with stream_and_tokenize(setup, root, rejects_key, conversations, counted_skip if skip else None) as tokenized:
+    skipping = counted_skip if skip else None
+    with stream_and_tokenize(setup, root, rejects_key, conversations, skipping, mode_of) as tokenized:
         spool = tokenized.spool
         if skip is not None:
             log.info("run %s: %d known prompt(s) skipped before tokenizing, %d tokenized", run_id, skipped, spool.total)
@@ -91,14 +100,24 @@ def source_and_plan(
 
 
 def planned_category(spool: TokenizedSpool, category: str, settings: CategorySettings, model: str) -> PlannedCategory:
-    """Every sample of the category's spooled prompts, wanted; the ids computed a batch of prompts at a time."""
-    per_prompt, tail = settings.samples_per_prompt, sample_id_tail(model, settings.sampling)
+    """Every sample of the category's spooled prompts, wanted; the ids computed a batch of prompts at a time, each
+    prompt's with the tail of its mode."""
+    per_prompt = settings.samples_per_prompt
+    tails = {mode: sample_id_tail(model, settings.sampling_of(mode), mode) for mode in sample_modes(settings.mode)}
     sample_ids = np.empty((spool.rows(category), per_prompt), dtype=DIGEST)
     row = 0
     for batch in spool.batches(category):
         prompt_ids = batch.column("prompt_id").to_pylist()
-        digests = sample_id_digests(prompt_ids, per_prompt, tail)
-        sample_ids[row : row + len(prompt_ids)] = np.frombuffer(digests, DIGEST).reshape(len(prompt_ids), per_prompt)
+        modes = np.asarray(batch.column("mode").to_pylist(), dtype=object)
+        strange = set(modes.tolist()) - set(tails)
+        if strange:  # the spool and the settings disagree: never plan a sample with another identity
+            raise DataGenError(f"category {category}: prompts rendered in mode(s) {sorted(strange)} it does not plan")
+        for mode, tail in tails.items():
+            rows = np.flatnonzero(modes == mode)
+            if not len(rows):
+                continue
+            digests = sample_id_digests([prompt_ids[r] for r in rows], per_prompt, tail)
+            sample_ids[row + rows] = np.frombuffer(digests, DIGEST).reshape(len(rows), per_prompt)
         row += len(prompt_ids)
     return PlannedCategory(category, sample_ids, np.ones(sample_ids.shape, dtype=bool))
 
@@ -135,6 +154,7 @@ def write_spooled_plan(
                     "conversation": table.column("conversation")
                     if keep_conversation
                     else pa.nulls(len(members), pa.string()),
+                    "mode": table.column("mode"),
                 },
                 schema=PLAN_SCHEMA,
             )

@@ -26,11 +26,12 @@ import pyarrow as pa
 from eagle_datagen import settings
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.endpoint_journal import endpoint_report
-from eagle_datagen.generation.plan import RunPlan
+from eagle_datagen.generation.plan import CategorySettings, RunPlan
 from eagle_datagen.generation.shard_samples import ShardIncomplete as ShardIncomplete  # steps.py catches it here
 from eagle_datagen.generation.shard_samples import shard_row_batches
 from eagle_datagen.generation.shard_samples import shard_rows as shard_rows  # the whole shard, for tests
 from eagle_datagen.inference.logprobs import columns as logprob_columns
+from eagle_datagen.modes import MIX, sample_modes
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.stats.conversations import tool_loop_drift_warning
 from eagle_datagen.stats.draft_vocab import build_draft_vocab
@@ -223,7 +224,9 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
         files.append(entry)
         by_category.setdefault(entry.category or "?", Counter())[entry.kind] += entry.rows or 0
     total = sum(c["data"] + c["quarantine"] for c in by_category.values())
-    check_run(dict(reasons), total, options.thresholds, profile, options.front_end)
+    by_mode = statistics["modes"]
+    mode_totals = {mode: entry["samples"] for mode, entry in by_mode["all"].items()}
+    check_run(dict(reasons), total, options.thresholds, profile, options.front_end, mode_totals)
     endpoints = endpoint_report(root, plan.run_id)
     rejects_payload = (
         root.read_bytes(rejects_key(plan.run_id))
@@ -253,7 +256,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
         "model": plan.model,
         "profile": plan.profile,
         "weight version": (plan.provenance.get("servers") or [{}])[0].get("weight_version"),
-        "sampling": {c: s.sampling for c, s in plan.categories.items()},
+        "sampling": {c: _sampling_entry(s) for c, s in plan.categories.items()},
         "draft vocabulary": f"{draft.k:,} tokens covering {draft.coverage:.1%} of trained tokens"
         if draft
         else f"not built: {tokens.distinct:,} distinct tokens < {options.draft_vocab_size:,}",
@@ -284,7 +287,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
         profile=plan.profile,
         provenance=plan.provenance,
         sampling={
-            c: {"sampling_params": s.sampling, "samples_per_prompt": s.samples_per_prompt}
+            c: {"sampling_params": s.sampling, "samples_per_prompt": s.samples_per_prompt} | _sampling_entry(s)
             for c, s in plan.categories.items()
         },
         counts={
@@ -293,6 +296,12 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             "quarantine": quarantine_rows,
             "reasons": dict(reasons),
             "by_category": {c: dict(v) for c, v in sorted(by_category.items())},
+            # per mode (modes.py): samples, valid, quarantined, output tokens, reasons; per category too
+            "modes": {mode: _mode_counts(entry) for mode, entry in by_mode["all"].items()},
+            "by_category_mode": {
+                c: {mode: _mode_counts(entry) for mode, entry in modes.items()}
+                for c, modes in by_mode["categories"].items()
+            },
             "trained_tokens": tokens.total,
             "endpoints": {
                 url: {
@@ -344,6 +353,26 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             for x in e["ejections"]
         ],
     )
+
+
+def _sampling_entry(settings: CategorySettings) -> dict[str, Any]:
+    """A category's mode and, per mode it generates, its sampling (the manifest's and the report's)."""
+    entry: dict[str, Any] = {"mode": settings.mode}
+    if settings.mode == MIX:
+        entry["instant_fraction"] = settings.instant_fraction
+    entry["sampling_by_mode"] = {mode: settings.sampling_of(mode) for mode in sample_modes(settings.mode)}
+    return entry
+
+
+def _mode_counts(entry: dict[str, Any]) -> dict[str, Any]:
+    """A mode's counts as the manifest keeps them (data and quarantine, as its other counts say)."""
+    return {
+        "samples": entry["samples"],
+        "data": entry["valid"],
+        "quarantine": entry["quarantined"],
+        "trained_tokens": entry["output_tokens"],
+        "reasons": entry["reject_reasons"],
+    }
 
 
 def publish_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options: PublishOptions) -> PublishSummary:

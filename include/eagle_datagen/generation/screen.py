@@ -21,7 +21,13 @@ from eagle_datagen.generation.endpoint_journal import EndpointJournal
 from eagle_datagen.inference.content_breaker import ContentBreaker, ContentBreakerPolicy, Ejection
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.profile import ModelProfile
-from eagle_datagen.validation.diagnosis import DiagnosisThresholds, ValidationFailed, diagnose, explain
+from eagle_datagen.validation.diagnosis import (
+    REASON_MODES,
+    DiagnosisThresholds,
+    ValidationFailed,
+    diagnose,
+    explain,
+)
 from eagle_datagen.validation.rules import ValidationLimits
 from eagle_datagen.validation.screening import SERVER_FAULT_REASONS, Verdict, judge_answer
 
@@ -69,6 +75,7 @@ class AnswerScreen:
         self.journal = journal
         self.breaker = ContentBreaker(urls, policy, thresholds.rates(), SERVER_FAULT_REASONS, by=by)
         self.rows: Counter[str] = Counter()  # this invocation's stored results by reason ("valid" included)
+        self.mode_rows: Counter[str] = Counter()  # ... and by mode: a reason of one mode is a share of its samples
         self.stopped: str | None = None
         self._lost_in_a_row: Counter[str] = Counter()
 
@@ -80,7 +87,7 @@ class AnswerScreen:
         if self.stopped is not None:  # another request of this run stopped it: no more answers count
             raise RunStopped([self.stopped])
         verdict = judge_answer(
-            request.prompt_ids, output_ids, meta_info, self.profile, self.limits, request.top_logprobs
+            request.prompt_ids, output_ids, meta_info, self.profile, self.limits, request.mode, request.top_logprobs
         )
         evidence = None
         if verdict.server_fault:
@@ -156,15 +163,21 @@ class AnswerScreen:
     def count_row(self, result: SampleResult) -> None:
         """Count a stored result; stop the run when a run-level diagnosis holds already."""
         self.rows["request_error" if result.error else result.reject_reason or "valid"] += 1
+        self.mode_rows[result.request.mode] += 1
         total = sum(self.rows.values())
+
+        def out_of(reason: str) -> int:
+            return self.mode_rows[REASON_MODES[reason]] if reason in REASON_MODES else total
+
         # Judged on the evidence so far: a reason counts once its rate is surely above the threshold (the
         # lower bound of its confidence interval), not when a few early answers happen to pass it.
         sure = {
             reason: count
             for reason, count in self.rows.items()
-            if reason != "valid" and lower_bound(count, total) > (self.thresholds.rate(reason) or 0.0)
+            if reason != "valid" and lower_bound(count, out_of(reason)) > (self.thresholds.rate(reason) or 0.0)
         }
-        lines = diagnose(sure, total, self.thresholds, self.profile, self.front_end) if sure else []
+        modes = dict(self.mode_rows)
+        lines = diagnose(sure, total, self.thresholds, self.profile, self.front_end, modes) if sure else []
         if not lines:
             return
         serving = [t for t in self.breaker.tallies.values() if t.rows]

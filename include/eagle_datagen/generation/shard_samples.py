@@ -22,6 +22,7 @@ from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.checkpoint import checkpoint_rows, drop_damaged_indexes, load_checkpoint_index
 from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_key
 from eagle_datagen.inference.samples import SampleRequest
+from eagle_datagen.modes import THINKING
 from eagle_datagen.storage.output_root import OutputRoot
 from eagle_datagen.storage.parquet import read_parquet_bytes
 
@@ -65,10 +66,12 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
     settings = plan.categories[info.category]
     # the plan's prompts as Arrow (4 bytes per id), not as Python lists; one row's ids are made a list when used
     table = read_parquet_bytes(root.read_bytes(shard_key(plan.run_id, index)))
-    small = table.select(["prompt_id", "record_id", "category", "sample_indices"]).to_pylist()
+    names = [n for n in ("prompt_id", "record_id", "category", "sample_indices", "mode") if n in table.column_names]
+    small = table.select(names).to_pylist()  # a plan written before modes has no mode: thinking
     prompt_ids = table.column("prompt_ids")
     requests: dict[str, tuple[int, SampleRequest, int]] = {}  # sample_id -> (place, request, plan row)
     for row_index, row in enumerate(small):
+        mode = row.get("mode") or THINKING
         for k in row["sample_indices"]:
             request = SampleRequest.create(
                 prompt_id=row["prompt_id"],
@@ -77,8 +80,9 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
                 sample_index=k,
                 prompt_ids=[],
                 model=plan.model,
-                sampling=settings.sampling,
+                sampling=settings.sampling_of(mode),
                 shard=index,
+                mode=mode,
             )
             requests[request.sample_id] = (len(requests), request, row_index)
     stored = load_checkpoint_index(root, plan.run_id, index)
@@ -114,6 +118,7 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
                 "cached_tokens": _int_or_none(meta.get("cached_tokens")),
                 "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
                 "error": saved["error"],
+                "mode": request.mode,
             }
             | soft_targets(settings.top_logprobs, meta),
         )
@@ -153,7 +158,7 @@ def _conversations(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Plac
         place = _step_place(ordinal, turn, seen)
         yield (
             place,
-            validation_row(saved["prompt_ids"], saved, job.top_logprobs)
+            validation_row(saved["prompt_ids"], saved, job.mode, job.top_logprobs)
             | {
                 "sample_id": saved["sample_id"],
                 "record_id": job.record_id,

@@ -63,7 +63,8 @@ from eagle_datagen.inference.preflight import ServerInfo
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.samples import SampleRequest, SampleResult
 from eagle_datagen.inference.scheduler import generation_details, run_jobs
-from eagle_datagen.profile import load_profile
+from eagle_datagen.modes import INSTANT, MIX, MODES, THINKING, sample_modes
+from eagle_datagen.profile import ModelProfile, load_profile
 from eagle_datagen.progress import Progress
 from eagle_datagen.sources.recipe import Defaults, Recipe
 from eagle_datagen.storage.output_root import OutputRoot
@@ -96,6 +97,8 @@ class SamplingOverrides:
     samples_per_prompt: int | None = None
     turns: str | None = None  # last | each (docs/multi-turn.md)
     top_logprobs: int | None = None  # k: the top-k logprobs of every output token (inference/logprobs.py)
+    mode: str | None = None  # thinking | instant | mix (modes.py)
+    instant_fraction: float | None = None  # with mix: the share of prompts generated instant
 
 
 @dataclass(frozen=True)
@@ -181,31 +184,34 @@ def check_run_id(run_id: str) -> str:
 
 
 def category_settings(
-    categories: list[str], recipe: Recipe | None, profile_sampling: dict[str, float], overrides: SamplingOverrides
+    categories: list[str],
+    recipe: Recipe | None,
+    profile: ModelProfile | None,
+    overrides: SamplingOverrides,
+    seed: int = 0,
 ) -> dict[str, CategorySettings]:
     """Sampling per category, every value by the one precedence (settings.PRECEDENCE): flag or form > recipe
-    category > recipe defaults > the model profile's recommendation > the built-in default, whether or not the
-    run has a recipe."""
+    category > recipe defaults > the model profile's recommendation (for the sample's mode) > the built-in
+    default, whether or not the run has a recipe. A mix keeps both modes' sampling and `seed` (the recipe's, which
+    chooses its instant prompts); a mode the profile lacks is a ConfigError."""
     given = dataclasses.asdict(overrides)
     chosen = {}
     for category in categories:
         spec = recipe.categories.get(category) if recipe is not None else None
         in_category = spec.sampling.model_dump() if spec is not None and spec.sampling is not None else {}
         in_defaults = recipe.defaults.sampling.model_dump() if recipe is not None else {}
-        sampling = {}
-        for name in dict.fromkeys([*settings.SAMPLING, *profile_sampling]):
-            value = settings.resolve(
-                name,
-                given=given.get(name),
-                category=in_category.get(name),
-                defaults=in_defaults.get(name),
-                profile=profile_sampling.get(name),
-            )
-            if value is not None:  # top_k and min_p are off unless something sets them
-                sampling[name] = value
         defaults = recipe.defaults if recipe is not None else Defaults()
+        layers = (given, in_category, in_defaults)
+        mode = settings.resolve(
+            "mode", given=overrides.mode, category=spec.mode if spec is not None else None, defaults=defaults.mode
+        )
+        if mode not in MODES:
+            raise ConfigError(f"unknown mode {mode!r} for category {category}: use one of {list(MODES)}")
+        if profile is not None and any(m not in profile.modes for m in sample_modes(mode)):
+            raise ConfigError(profile.no_mode(INSTANT))
+        mixed = mode == MIX
         chosen[category] = CategorySettings(
-            sampling=sampling,
+            sampling=_sampling(*layers, profile, INSTANT if mode == INSTANT else THINKING),
             samples_per_prompt=settings.resolve(
                 "samples_per_prompt",
                 given=overrides.samples_per_prompt,
@@ -229,8 +235,43 @@ def category_settings(
                 category=spec.top_logprobs if spec is not None else None,
                 defaults=defaults.top_logprobs,
             ),
+            mode=mode,
+            instant_fraction=settings.resolve(
+                "instant_fraction",
+                given=overrides.instant_fraction,
+                category=spec.instant_fraction if spec is not None else None,
+                defaults=defaults.instant_fraction,
+            )
+            if mixed
+            else None,
+            mode_seed=seed if mixed else None,
+            instant_sampling=_sampling(*layers, profile, INSTANT) if mixed else None,
         )
     return chosen
+
+
+def _sampling(
+    given: dict[str, Any],
+    in_category: dict[str, Any],
+    in_defaults: dict[str, Any],
+    profile: ModelProfile | None,
+    mode: str,
+) -> dict[str, Any]:
+    """The sampling of one mode's samples: each parameter by the precedence, the profile's recommendation being
+    the mode's own."""
+    recommended = profile.mode(mode).sampling if profile is not None else {}
+    sampling = {}
+    for name in dict.fromkeys([*settings.SAMPLING, *recommended]):
+        value = settings.resolve(
+            name,
+            given=given.get(name),
+            category=in_category.get(name),
+            defaults=in_defaults.get(name),
+            profile=recommended.get(name),
+        )
+        if value is not None:  # top_k and min_p are off unless something sets them
+            sampling[name] = value
+    return sampling
 
 
 def resolve_thresholds(options: RunOptions, recipe: Recipe | None) -> RunOptions:
@@ -248,13 +289,15 @@ def canary_request(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | No
     if not options.canary:
         return None
     if plan is not None:
-        sampling = next(iter(plan.categories.values())).sampling
-    else:  # the first category the run plans: the canary asks what the run will
+        sampling = next(iter(plan.categories.values())).sampling_of(THINKING)
+    else:  # the first category the run plans: the canary asks what the run will (in thinking mode, whose
+        # answer shows whether the server keeps think tokens)
         recipe = setup.recipe
         chosen = options.prompts.categories if options.prompts is not None else None
         planned = chosen or (list(recipe.categories) if recipe is not None else None) or [""]
         first = sorted(planned)[0]
-        sampling = category_settings([first], recipe, setup.profile.sampling, options.sampling)[first].sampling
+        thinking_only = dataclasses.replace(options.sampling, mode=THINKING)
+        sampling = category_settings([first], recipe, setup.profile, thinking_only)[first].sampling
     ids = setup.loaded.tokenizer.apply_chat_template(
         CANARY_MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False
     )
@@ -489,7 +532,7 @@ def prepare_plan(
     model = options.model or setup.profile.model
 
     def settings_for(categories: list[str]) -> dict[str, CategorySettings]:
-        return category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
+        return category_settings(categories, setup.recipe, setup.profile, options.sampling, setup.seed)
 
     # an incremental run reads the catalog first, and tokenizes only the records it lacks
     catalog = read_catalog(root, model, weight_version, options.per_weight_version) if options.incremental else None

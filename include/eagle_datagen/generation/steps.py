@@ -32,6 +32,7 @@ from eagle_datagen.generation.claims import HolderCheck, heartbeat_interval_s, w
 from eagle_datagen.generation.endpoint_check import preflight_run
 from eagle_datagen.generation.heartbeat import process_heartbeat
 from eagle_datagen.generation.incremental import ClaimedElsewhere, NothingToDo
+from eagle_datagen.generation.mode_check import check_modes
 from eagle_datagen.generation.plan import RunPlan, check_plan_matches, is_conversation_shard, load_plan
 from eagle_datagen.generation.publish import (
     ShardIncomplete,
@@ -194,6 +195,7 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
     existing = ctx.plan()
     if existing is None:  # missing sources fail before the canary; a rerun works from its plan, needs none
         setup.resolved_sources = resolve_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
+        check_modes(setup, options)  # a mode the profile or the chat template lacks fails here too
     servers = asyncio.run(
         preflight_run(
             options.sglang_urls,
@@ -234,7 +236,9 @@ def plan_step(
         nothing = {"run_id": ctx.run_id, "shards": [], "samples": 0, "categories": [], "reason": str(done)}
         return nothing | done.to_json()
     if existing is not None:
-        sampling = category_settings(list(plan.categories), setup.recipe, setup.profile.sampling, ctx.options.sampling)
+        sampling = category_settings(
+            list(plan.categories), setup.recipe, setup.profile, ctx.options.sampling, setup.seed
+        )
         model = ctx.options.model or setup.profile.model
         wanted = RunPlan(plan.run_id, model, plan.profile, sampling, plan.shards, plan.provenance)
         check_plan_matches(plan, wanted, ctx.options.front_end)
@@ -391,7 +395,7 @@ def _finished_run(ctx: RunContext) -> tuple[RunPlan, dict[str, Any]] | None:
         return None
     setup, options = ctx.setup(), ctx.options
     check_same_tokenizer(ctx.run_id, existing.provenance, setup.loaded.provenance(), "run")
-    chosen = category_settings(list(existing.categories), setup.recipe, setup.profile.sampling, options.sampling)
+    chosen = category_settings(list(existing.categories), setup.recipe, setup.profile, options.sampling, setup.seed)
     model = options.model or setup.profile.model
     check_plan_matches(existing, dataclasses.replace(existing, model=model, categories=chosen))
     log.info("run %s is already published (%s): nothing to generate", ctx.run_id, published.manifest)

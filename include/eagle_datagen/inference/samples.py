@@ -1,8 +1,11 @@
 """Samples: one generation of one prompt under one sampling config, with a deterministic identity.
 
-`sample_id` is a hash of (prompt id, sample index, model, sampling config), so the same request is
+`sample_id` is a hash of (prompt id, sample index, model, sampling config, mode), so the same request is
 the same sample in every rerun: that is what makes resume and the incremental catalog possible.
-`sampling_seed` derives from it (distinct per sample index), and so does the request id (`rid`).
+`sampling_seed` derives from it (distinct per sample index), and so does the request id (`rid`). An instant
+sample's mode is part of the hashed text (`"mode": "instant"` beside the sampling parameters), so the two modes
+of one prompt are two samples even under the same sampling; a thinking sample's text is what it was before
+modes existed, so the catalogs of earlier runs still know their samples.
 """
 
 from __future__ import annotations
@@ -14,23 +17,31 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eagle_datagen.inference.logprobs import request_fields
+from eagle_datagen.modes import THINKING
 
 FinishType = Literal["stop", "length", "abort", "error"]
 SEED_MODULUS = 2**31 - 1  # SGLang passes sampling_seed to torch generators: keep it a positive int32
 
 
-def sampling_fingerprint(sampling: dict[str, Any]) -> str:
-    """Stable text of the sampling parameters that change what the model generates."""
-    return json.dumps({k: v for k, v in sorted(sampling.items()) if v is not None}, separators=(",", ":"))
+def sampling_fingerprint(sampling: dict[str, Any], mode: str | None = THINKING) -> str:
+    """Stable text of what changes what the model generates: the sampling parameters and, for an instant sample,
+    its mode (`mode` is no SGLang sampling key, so it cannot collide with one)."""
+    values = {k: v for k, v in sampling.items() if v is not None}
+    if mode not in (None, THINKING):
+        values["mode"] = mode
+    return json.dumps(dict(sorted(values.items())), separators=(",", ":"))
 
 
-def sample_id_tail(model: str, sampling: dict[str, Any]) -> str:
-    """What follows the prompt id and the sample index in the text a sample id hashes (the same for a category)."""
-    return f":{model}:{sampling_fingerprint(sampling)}"
+def sample_id_tail(model: str, sampling: dict[str, Any], mode: str | None = THINKING) -> str:
+    """What follows the prompt id and the sample index in the text a sample id hashes (the same for the samples
+    of one category and mode)."""
+    return f":{model}:{sampling_fingerprint(sampling, mode)}"
 
 
-def make_sample_id(prompt_id: str, sample_index: int, model: str, sampling: dict[str, Any]) -> str:
-    text = f"{prompt_id}:{sample_index}{sample_id_tail(model, sampling)}"
+def make_sample_id(
+    prompt_id: str, sample_index: int, model: str, sampling: dict[str, Any], mode: str | None = THINKING
+) -> str:
+    text = f"{prompt_id}:{sample_index}{sample_id_tail(model, sampling, mode)}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -68,6 +79,7 @@ class SampleRequest:
     # k > 0: ask for the top-k logprobs of every output token (soft targets, inference/logprobs.py). Not part of
     # the sample's identity: the same sampling gives the same tokens, with or without them.
     top_logprobs: int = 0
+    mode: str = THINKING  # the mode its prompt was rendered in (modes.py): what validation expects of the answer
 
     @classmethod
     def create(
@@ -82,11 +94,14 @@ class SampleRequest:
         sampling: dict[str, Any],
         shard: int = 0,
         top_logprobs: int = 0,
+        mode: str = THINKING,
     ) -> SampleRequest:
-        sample_id = make_sample_id(prompt_id, sample_index, model, sampling)
+        sample_id = make_sample_id(prompt_id, sample_index, model, sampling, mode)
         params = {k: v for k, v in sampling.items() if v is not None}
         params["sampling_seed"] = sampling_seed_for(sample_id)
-        return cls(sample_id, prompt_id, record_id, category, sample_index, prompt_ids, params, shard, top_logprobs)
+        return cls(
+            sample_id, prompt_id, record_id, category, sample_index, prompt_ids, params, shard, top_logprobs, mode
+        )
 
     def body(self, attempt: int = 1) -> dict[str, Any]:
         body = {

@@ -10,6 +10,8 @@ min_endpoints: 1          # endpoints that must pass preflight; the others are l
 defaults:
   samples_per_prompt: 1
   turns: last             # last: one sample per record; each: one per assistant turn (docs/multi-turn.md)
+  mode: thinking          # thinking | instant | mix (modes.py): instant renders the template with thinking off
+  instant_fraction: 0.5   # with mode: mix, the share of prompts generated instant (a seeded hash per prompt)
   max_tool_steps: 8       # with turns: each, tool results spliced in per conversation at most
   max_prompt_tokens: 32768
   sampling: {temperature: 1.0, top_p: 0.95, max_new_tokens: 8192}
@@ -27,6 +29,8 @@ categories:
     sampling: {max_new_tokens: 16384}
   chat:
     sources: [{path: "hf://datasets/OWNER/NAME", split: train, format: sharegpt, history: drop}]
+    mode: mix
+    instant_fraction: 0.4
 ```
 Relative source paths are resolved against the recipe file's folder.
 """
@@ -52,6 +56,7 @@ from eagle_datagen import settings
 from eagle_datagen.conversation import TURNS
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.inference.endpoint_minimum import parse_min_endpoints
+from eagle_datagen.modes import MODES
 from eagle_datagen.records import CATEGORY_PATTERN
 from eagle_datagen.sources.benchmarks import DEFAULT_NGRAM, BenchmarkSource
 from eagle_datagen.sources.formats import MAPPABLE_FIELDS, FormatName, HistoryPolicy, SourceFormat
@@ -119,6 +124,7 @@ class SourceSpec(_Strict):
 
 
 Turns = Literal[TURNS]  # type: ignore[valid-type]
+Mode = Literal[MODES]  # type: ignore[valid-type]
 
 
 class CategorySpec(_Strict):
@@ -129,6 +135,8 @@ class CategorySpec(_Strict):
     max_tool_steps: int | None = Field(None, **settings.bounds_of("max_tool_steps"))
     max_prompt_tokens: int | None = Field(None, **settings.bounds_of("max_prompt_tokens"))
     top_logprobs: int | None = Field(None, **settings.bounds_of("top_logprobs"))
+    mode: Mode | None = None
+    instant_fraction: float | None = Field(None, **settings.bounds_of("instant_fraction"))
     sampling: SamplingParams | None = None
 
     @field_validator("sources", mode="before")
@@ -194,6 +202,8 @@ class Defaults(_Strict):
     max_prompt_tokens: int = Field(settings.default_of("max_prompt_tokens"), **settings.bounds_of("max_prompt_tokens"))
     # k > 0: store the top-k logprobs of every output token (soft targets, inference/logprobs.py)
     top_logprobs: int = Field(settings.default_of("top_logprobs"), **settings.bounds_of("top_logprobs"))
+    mode: Mode = settings.default_of("mode")
+    instant_fraction: float = Field(settings.default_of("instant_fraction"), **settings.bounds_of("instant_fraction"))
     sampling: SamplingParams = SamplingParams()
 
 
@@ -272,6 +282,12 @@ class Recipe(_Strict):
     def top_logprobs_for(self, category: str) -> int:
         spec = self.categories[category].top_logprobs
         return self.defaults.top_logprobs if spec is None else spec
+    def mode_for(self, category: str) -> str:
+        return self.categories[category].mode or self.defaults.mode
+
+    def instant_fraction_for(self, category: str) -> float:
+        spec = self.categories[category].instant_fraction
+        return self.defaults.instant_fraction if spec is None else spec
 
     def max_prompt_tokens_for(self, category: str) -> int:
         return self.categories[category].max_prompt_tokens or self.defaults.max_prompt_tokens

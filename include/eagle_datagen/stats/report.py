@@ -17,6 +17,7 @@ import numpy as np
 
 from eagle_datagen.stats.draft_vocab import DraftVocab
 from eagle_datagen.stats.endpoint_table import endpoint_table
+from eagle_datagen.stats.modes import modes_section
 from eagle_datagen.stats.prompt_rejects import prompt_rejects_table
 from eagle_datagen.stats.statistics import ALL, LENGTH_KINDS, token_frequency_summary
 
@@ -440,6 +441,7 @@ def render_report(
         ]
     else:
         parts.append("<p class='muted'>No token counts were given.</p>")
+    parts += modes_section(stats)
     parts += _conversations_section(stats)
     if endpoints is not None:
         parts += ["<h2>Endpoints</h2>", endpoint_table(endpoints)]
@@ -479,6 +481,7 @@ def report_summary(stats: dict[str, Any], counts: np.ndarray | None, draft: Draf
         **_compact(stats[ALL]),
         "categories": {name: _compact(group) for name, group in _groups(stats)},
         "prompt_rejects": stats.get("prompt_rejects"),
+        "modes": stats.get("modes"),
         "token_frequency": token_frequency_summary(counts) if counts is not None else None,
         "draft_vocab": None
         if draft is None

@@ -7,8 +7,10 @@ raw samples: every length distribution carries its percentiles and a histogram o
 
 Length definitions (per valid sample, `output_ids` as the model produced them):
 - prompt: `len(prompt_ids)`; output: `len(output_ids)` (the trained tokens);
-- reasoning: tokens before the first think_end id (samples without think_end are left out);
-- answer: tokens after that think_end, up to but excluding a final EOS (same samples as reasoning).
+- reasoning: tokens before the first think_end id (samples without think_end are left out, instant ones too);
+- answer: tokens after that think_end, up to but excluding a final EOS (same samples as reasoning), or, for an
+  instant sample (modes.py), every token but a final EOS.
+Counts by mode (thinking, instant) are `modes` (stats/modes.py).
 Percentiles use the inverted-CDF definition: p90 is the smallest observed length that at least 90% of the
 samples do not exceed, so it is always a length that occurred.
 
@@ -28,8 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from eagle_datagen.modes import INSTANT
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.stats.conversations import ConversationCounts
+from eagle_datagen.stats.modes import ModeCounts, mode_column
 
 STATS_SCHEMA = "eagle-datagen/stats/v1"
 ALL = "all"
@@ -200,9 +204,13 @@ def _list_lengths(column: pa.ChunkedArray) -> np.ndarray:
     return lengths.to_numpy().astype(np.int64) if len(lengths) else np.zeros(0, np.int64)
 
 
-def _reasoning_and_answer(column: pa.ChunkedArray, think_end: int, eos: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: tokens before the first think_end, and after it up to a final EOS; -1 where think_end is absent."""
+def _reasoning_and_answer(
+    column: pa.ChunkedArray, think_end: int, eos: int, instant: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: tokens before the first think_end, and after it up to a final EOS; -1 where think_end is absent.
+    Rows of `instant` (a mask) have no reasoning (-1) and their whole output, but a final EOS, is the answer."""
     parts_r, parts_a = [], []
+    row = 0
     for chunk in column.chunks:
         n = len(chunk)
         offsets = chunk.offsets.to_numpy().astype(np.int64)
@@ -219,6 +227,11 @@ def _reasoning_and_answer(column: pa.ChunkedArray, think_end: int, eos: int) -> 
         nonempty = lengths > 0
         ends_eos[nonempty] = values[offsets[1:][nonempty] - 1] == eos
         answer = np.where(reasoning >= 0, np.maximum(lengths - reasoning - 1 - ends_eos, 0), -1)
+        if instant is not None:
+            rows_instant = instant[row : row + n]
+            reasoning[rows_instant] = -1
+            answer[rows_instant] = np.maximum(lengths - ends_eos, 0)[rows_instant]
+        row += n
         if chunk.null_count:
             valid = chunk.is_valid().to_numpy(zero_copy_only=False)
             reasoning[~valid] = -1
@@ -295,6 +308,8 @@ def compute_statistics(
             entry[2] += int(prompt[rows].sum())
 
     conversations = ConversationCounts()
+    modes = ModeCounts()
+    instant_parts: list[np.ndarray] = []
 
     def count_pairs(cat: np.ndarray, other: np.ndarray) -> Counter[tuple[int, int]]:
         keys, n = np.unique(cat.astype(np.int64) << 32 | other.astype(np.int64), return_counts=True)
@@ -305,13 +320,16 @@ def compute_statistics(
         if table.num_rows == 0:
             continue
         conversations.add(table)
+        modes.add(table, "data")
         cat = categories.encode(table["category"])
         for (c, f), n in count_pairs(cat, finishes.encode(table["finish_reason"])).items():
             finish_counts["data", c, f] += n
         data_cat.append(cat)
         lengths["prompt"].append(_list_lengths(table["prompt_ids"]))
         lengths["output"].append(_list_lengths(table["output_ids"]))
-        reasoning, answer = _reasoning_and_answer(table["output_ids"], think_end, eos)
+        instant = pc.equal(mode_column(table), INSTANT).to_numpy(zero_copy_only=False).astype(bool)
+        instant_parts.append(instant)
+        reasoning, answer = _reasoning_and_answer(table["output_ids"], think_end, eos, instant)
         lengths["reasoning"].append(reasoning)
         lengths["answer"].append(answer)
         if counter is not None:
@@ -323,6 +341,7 @@ def compute_statistics(
         if table.num_rows == 0:
             continue
         conversations.add(table)
+        modes.add(table, "quarantine")
         cat = categories.encode(table["category"])
         for (c, f), n in count_pairs(cat, finishes.encode(table["finish_reason"])).items():
             finish_counts["quarantine", c, f] += n
@@ -337,6 +356,7 @@ def compute_statistics(
 
     cat_all = np.concatenate(data_cat) if data_cat else np.zeros(0, np.int32)
     merged = {kind: np.concatenate(parts) if parts else np.zeros(0, np.int64) for kind, parts in lengths.items()}
+    instant_all = np.concatenate(instant_parts) if instant_parts else np.zeros(0, bool)
     finish_names, reject_names = finishes.names(), rejects.names()
 
     def group(selected: set[int]) -> dict[str, Any]:
@@ -358,7 +378,8 @@ def compute_statistics(
                 values = values[values >= 0]
             dists[kind] = distribution(values)
             tokens[kind] = int(values.sum())
-        without_think_end = valid - dists["reasoning"]["count"]
+        # thinking samples without </think> (an instant sample has none by design)
+        without_think_end = int(np.count_nonzero((merged["reasoning"][mask] < 0) & ~instant_all[mask]))
         cache_totals = [sum(cache.get(c, [0, 0, 0])[i] for c in selected) for i in range(3)]
         sent, cached = cache_totals[2], cache_totals[1]
         return {
@@ -384,6 +405,7 @@ def compute_statistics(
     names = categories.names()
     multi_turn = conversations.to_json()
     return ({"conversations": multi_turn} if multi_turn else {}) | {
+        "modes": modes.to_json(),
         "schema": STATS_SCHEMA,
         "profile": {
             "name": profile.name,

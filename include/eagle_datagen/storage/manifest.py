@@ -24,6 +24,7 @@ from eagle_datagen.storage.objects import StoredObject, put_once, sha256_hex
 from eagle_datagen.storage.output_root import OutputRoot, UnsafeKey, check_key
 
 CONTRACT_VERSION = 1
+CONTRACT_MINOR = 1  # v1.1 added the mode (counts.modes); readers check only the major version
 FileKind = Literal["data", "quarantine", "rejects", "statistics", "draft_vocab", "report", "summary"]
 FILE_KINDS = frozenset(get_args(FileKind))
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -79,6 +80,7 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         return {
             "contract": CONTRACT_VERSION,
+            "contract_minor": CONTRACT_MINOR,
             "run_id": self.run_id,
             "created_at": self.created_at,
             "model": self.model,

@@ -1,8 +1,11 @@
 """Parquet encoding of the data contract v1 sample shards (`data/...` and `quarantine/...`).
 
 `SAMPLE_SCHEMA` fixes the columns, their order and types; `QUARANTINE_SCHEMA` adds why a sample was
-quarantined. Both carry the schema metadata {"eagle_datagen.contract": "1"}. Columns not marked nullable
-are Parquet REQUIRED: `samples_table` refuses a row that lacks one.
+quarantined. Both carry the schema metadata {"eagle_datagen.contract": "1", "eagle_datagen.contract_minor": "1"}:
+the contract is v1.1. The major version is what every v1 reader checks; a minor version adds columns at the end
+and nothing else, so a reader of v1.0 reads a v1.1 shard as it always did, and a v1.1 reader decodes a v1.0
+shard (no minor key) with the added columns filled in (`mode`: thinking, the only mode there was; the others
+null). Columns not marked nullable are Parquet REQUIRED: `samples_table` refuses a row that lacks one.
 
 The encoding (`encode_shard`) uses only what every Parquet reader supports: PLAIN and RLE_DICTIONARY pages
 (data page v1) and zstd, readable by pyarrow, DuckDB and Spark (parquet-java); one row group per ~128 MiB
@@ -40,7 +43,11 @@ import pyarrow.parquet as pq
 
 CONTRACT_KEY = "eagle_datagen.contract"
 CONTRACT_VERSION = "1"
-SCHEMA_METADATA = {CONTRACT_KEY: CONTRACT_VERSION}
+# v1.1 added `mode` and the soft targets. Readers check only the major version (an added column changes nothing
+# they read).
+CONTRACT_MINOR_KEY = "eagle_datagen.contract_minor"
+CONTRACT_MINOR = "1"
+SCHEMA_METADATA = {CONTRACT_KEY: CONTRACT_VERSION, CONTRACT_MINOR_KEY: CONTRACT_MINOR}
 
 TOKEN_IDS = pa.list_(pa.int32())
 
@@ -83,6 +90,9 @@ _ADDED_FIELDS = [
     pa.field("output_logprobs", pa.list_(pa.float32())),
     pa.field("top_logprob_ids", TOKEN_IDS),
     pa.field("top_logprobs", pa.list_(pa.float32())),
+    # v1.1: thinking | instant (modes.py), the mode the prompt was rendered and the answer generated in; a shard of
+    # v1.0 decodes with thinking
+    pa.field("mode", pa.string()),
 ]
 SAMPLE_SCHEMA = _schema(_SAMPLE_FIELDS + _ADDED_FIELDS)
 QUARANTINE_SCHEMA = _schema(
@@ -97,6 +107,8 @@ QUARANTINE_SCHEMA = _schema(
 )
 
 ADDED_COLUMNS = frozenset(f.name for f in _ADDED_FIELDS)
+# what an added column holds in a shard written before it existed (others: null)
+ADDED_DEFAULTS = {"mode": "thinking"}
 
 # columns whose values may be given as a mapping and are stored as JSON text (sorted keys)
 JSON_COLUMNS = frozenset({"sampling", "finish_detail"})
@@ -260,15 +272,24 @@ def shard_row_groups(path: str | Path) -> Iterator[pa.Table]:
         yield _as_contract(parquet.read_row_group(group))
 
 
+def added_column(name: str, rows: int) -> pa.Array:
+    """An added column of a shard written before it existed: its ADDED_DEFAULTS value, else nulls."""
+    field = SAMPLE_SCHEMA.field(name)
+    if name in ADDED_DEFAULTS:
+        return pa.array([ADDED_DEFAULTS[name]] * rows, field.type)
+    return pa.nulls(rows, field.type)
+
+
 def _with_added_columns(table: pa.Table) -> pa.Table:
-    """A shard written before some of ADDED_COLUMNS existed, with them as nulls (the contract stays v1)."""
+    """A shard written before some of ADDED_COLUMNS existed, with them filled in (`added_column`)."""
     names = set(table.column_names)
     for schema in (SAMPLE_SCHEMA, QUARANTINE_SCHEMA):
         missing = [f for f in schema if f.name not in names]
         if not missing or not {f.name for f in missing} <= ADDED_COLUMNS or names - set(schema.names):
             continue
         columns = [
-            table.column(f.name).cast(f.type) if f.name in names else pa.nulls(table.num_rows, f.type) for f in schema
+            table.column(f.name).cast(f.type) if f.name in names else added_column(f.name, table.num_rows)
+            for f in schema
         ]
         return pa.Table.from_arrays(columns, schema=schema)
     return table

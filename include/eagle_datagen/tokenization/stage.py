@@ -15,6 +15,7 @@ import numpy as np
 
 from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.modes import THINKING, prompt_mode, sample_modes
 from eagle_datagen.profile import ModelProfile, load_profile
 from eagle_datagen.records import FILTER_STAGE, PromptRecord, RecordLimits, Reject
 from eagle_datagen.sources.benchmarks import BenchmarkSource, load_benchmark
@@ -233,12 +234,14 @@ def stream_and_tokenize(
     rejects_key: str,
     conversations: Callable[[list[str]], Collection[str]] | None = None,
     skip: Callable[[PromptRecord], bool] | None = None,
+    modes: Callable[[PromptRecord], str] | None = None,
 ) -> TokenizedPrompts:
     """Collect and tokenize in memory flat in the number of prompts: records are read one at a time (their keys
     kept), the selected ones tokenized batch by batch into a `TokenizedSpool`. `conversations` names, from the
-    collected categories, those whose source conversations the spool keeps (turns: each); `skip` leaves out
-    records before they are tokenized (an incremental run's known ones). Rejects are written (before failing on
-    too many of them) to `rejects_key`."""
+    collected categories, those whose source conversations the spool keeps (turns: each); `modes` gives each
+    record the mode it is rendered in (default: thinking), before `skip` leaves out records before they are
+    tokenized (an incremental run's known ones, known by mode). Rejects are written (before failing on too many
+    of them) to `rejects_key`."""
     options = setup.options
     streamed = stream_prompts(
         setup.plans,
@@ -257,6 +260,8 @@ def stream_and_tokenize(
         spool = TokenizedSpool(conversations(streamed.category_order) if conversations else ())
         try:
             records = streamed.records()
+            if modes is not None:
+                records = (replace(r, mode=modes(r)) for r in records)
             if skip is not None:
                 records = (r for r in records if not skip(r))
             tokenizer_rejects = []
@@ -300,6 +305,27 @@ def stream_and_tokenize(
         spool.close()
         raise
     return result
+
+
+def recipe_modes(setup: TokenizeSetup) -> Callable[[PromptRecord], str] | None:
+    """Each record's mode as its recipe category's mode makes it (`eagle-datagen tokenize` renders what a run of
+    the recipe would; a run's flags and form choose through generation/stage.category_settings); None: no recipe."""
+    recipe = setup.recipe
+    if recipe is None:
+        return None
+    for category in recipe.categories:
+        for mode in sample_modes(recipe.mode_for(category)):
+            setup.profile.mode(mode)  # a mode the profile lacks: one line, before any prompt is read
+
+    def mode_of(record: PromptRecord) -> str:
+        category = record.category
+        if category not in recipe.categories:
+            return THINKING
+        return prompt_mode(
+            recipe.mode_for(category), recipe.instant_fraction_for(category), setup.seed, record.prompt_id
+        )
+
+    return mode_of
 
 
 def collect_and_tokenize(
@@ -347,7 +373,7 @@ def run_tokenize(options: TokenizeOptions) -> TokenizeSummary:
     setup = setup_tokenize(options)
     root = open_output_root(options.output)
     rejects_key = "rejects/rejects.jsonl"
-    with stream_and_tokenize(setup, root, rejects_key) as tokenized:
+    with stream_and_tokenize(setup, root, rejects_key, modes=recipe_modes(setup)) as tokenized:
         files = write_tokenized_parts(root, tokenized.spool)
         rejects = tokenized.rejects
         summary = TokenizeSummary(

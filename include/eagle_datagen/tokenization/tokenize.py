@@ -61,8 +61,18 @@ def _reject(record: PromptRecord, reason: str, detail: str) -> Reject:
     )
 
 
-def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-    return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+def render_prompt(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: Mapping[str, Any] | None = None,
+) -> str:
+    """The chat template's text of a prompt, with the generation prompt; `template_kwargs` are the template
+    variables of its mode (an instant prompt's `thinking=False`: profile.ModeFacts). Every prompt of a run, the
+    steps of a conversation and the canary included, is rendered here."""
+    return tokenizer.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
+    )
 
 
 def _beyond_vocab_detail(tokenizer: Any, profile: ModelProfile, ids: list[int]) -> str:
@@ -92,8 +102,9 @@ def tokenize_batch(
     extra_texts: list[str] = []
     rejects: list[Reject] = []
     for record in records:
+        kwargs = profile.mode(record.mode).template_kwargs
         try:
-            text = _render(tokenizer, record.messages, record.tools)
+            text = render_prompt(tokenizer, record.messages, record.tools, kwargs)
         except Exception as exc:  # templates may raise anything (raise_exception, type errors)
             rejects.append(_reject(record, "template_error", f"the chat template failed: {exc}"))
             continue
@@ -102,7 +113,9 @@ def tokenize_batch(
             assert guard is not None
             found = f"{hit.where} holds {hit.text!r} (token {guard.texts[hit.text]})"
             try:
-                skeleton = _render(tokenizer, guard.neutralise(record.messages), guard.neutralise(record.tools))
+                skeleton = render_prompt(
+                    tokenizer, guard.neutralise(record.messages), guard.neutralise(record.tools), kwargs
+                )
                 skeletons[len(rendered)] = (found, len(extra_texts))
                 extra_texts.append(skeleton)
             except Exception:  # the template fails without the token text: it depends on it, so it cannot pass
@@ -111,9 +124,10 @@ def tokenize_batch(
     texts = [text for _, text in rendered] + extra_texts
     encoded = encode(texts) if encode is not None else own_call(tokenizer, texts)
     encoded, skeleton_ids = encoded[: len(rendered)], encoded[len(rendered) :]
-    suffix = profile.prompt_suffix_ids
     tokenized: list[TokenizedPrompt] = []
     for index, ((record, _), ids) in enumerate(zip(rendered, encoded, strict=True)):
+        mode = profile.mode(record.mode)
+        suffix = mode.prompt_suffix_ids
         limit = min(limits.get(record.category, limits.get("*", profile.context_length)), profile.context_length - 1)
         if index in skeletons:
             assert guard is not None
@@ -134,7 +148,14 @@ def tokenize_batch(
         elif tuple(ids[-len(suffix) :]) != suffix:
             rejects.append(
                 _reject(
-                    record, "prompt_suffix_mismatch", f"the rendered prompt does not end in {profile.describe_suffix()}"
+                    record,
+                    "prompt_suffix_mismatch",
+                    f"the rendered prompt does not end in {mode.describe_suffix()}"
+                    + (
+                        f" (its mode is {mode.name}: the chat template must honour {mode.template_kwargs})"
+                        if mode.template_kwargs
+                        else ""
+                    ),
                 )
             )
         elif len(ids) > limit:

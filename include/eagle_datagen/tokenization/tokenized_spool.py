@@ -28,6 +28,7 @@ SPOOL_SCHEMA = pa.schema(
         ("prompt_id", pa.string()),
         ("prompt_ids", pa.list_(pa.int32())),
         ("conversation", pa.string()),  # {"messages", "tools"} for categories that keep it (turns: each)
+        ("mode", pa.string()),  # the mode the prompt was rendered in (modes.py)
     ]
 )
 FLUSH_ROWS = 1024
@@ -101,6 +102,7 @@ class TokenizedSpool:
                         ],
                         pa.string(),
                     ),
+                    pa.array([p.record.mode for p in rows], pa.string()),
                 ],
                 schema=SPOOL_SCHEMA,
             )

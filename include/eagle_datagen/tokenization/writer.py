@@ -1,7 +1,8 @@
 """Write tokenized prompts and rejects under an output root.
 
-`tokenized/category=<c>/part-NNNNN.parquet` holds `record_id`, `prompt_id`, `category` and
-`prompt_ids` (list<int32>); rejects are JSON lines, one per rejected record, with their reason.
+`tokenized/category=<c>/part-NNNNN.parquet` holds `record_id`, `prompt_id`, `category`,
+`prompt_ids` (list<int32>) and `mode` (the mode they were rendered in: modes.py); rejects are JSON lines,
+one per rejected record, with their reason.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ TOKENIZED_SCHEMA = pa.schema(
         ("prompt_id", pa.string()),
         ("category", pa.string()),
         ("prompt_ids", pa.list_(pa.int32())),
+        ("mode", pa.string()),
     ]
 )
 PART_ROWS = 50_000
@@ -37,6 +39,7 @@ def tokenized_table(prompts: Sequence[TokenizedPrompt]) -> pa.Table:
             "prompt_id": [p.record.prompt_id for p in prompts],
             "category": [p.record.category for p in prompts],
             "prompt_ids": [p.prompt_ids for p in prompts],
+            "mode": [p.record.mode for p in prompts],
         },
         schema=TOKENIZED_SCHEMA,
     )
@@ -90,6 +93,7 @@ def _parts(spool: TokenizedSpool, category: str, part_rows: int, part_tokens: in
                 "prompt_id": batch.column("prompt_id"),
                 "category": pa.array([category] * batch.num_rows, pa.string()),
                 "prompt_ids": batch.column("prompt_ids"),
+                "mode": batch.column("mode"),
             },
             schema=TOKENIZED_SCHEMA,
         )

@@ -3,7 +3,9 @@
 A few bad samples are normal (a model sometimes rambles past max_new_tokens); a high rate of one reason
 is the signature of a misconfiguration (a reasoning parser stripping think tokens, the wrong tokenizer,
 an SGLang version with the echo bug). `diagnose` compares each reason's rate with its threshold;
-`check_run` raises `ValidationFailed` with every violated threshold in one line.
+`check_run` raises `ValidationFailed` with every violated threshold in one line. A reason only one mode can give
+(`REASON_MODES`: no `</think>` in a thinking answer, a think token in an instant one) is a share of that mode's
+samples when the counts per mode are given, so a broken mode shows in a mix however small its share.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError, DataGenError
+from eagle_datagen.modes import INSTANT, THINKING
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.validation.rules import REASONS
 
@@ -40,6 +43,7 @@ class DiagnosisThresholds:
     id_out_of_range: float = 0.0
     no_eos: float = 0.05
     think_start_in_output: float = 0.2
+    think_token_in_instant: float = 0.2
     missing_think_start: float = 0.5
     multiple_think_start: float = 0.2
     missing_think_end: float = 0.5
@@ -77,6 +81,24 @@ class DiagnosisThresholds:
     def rates(self) -> dict[str, float]:
         """The threshold of every reason code (what a manifest records and the trigger form shows)."""
         return {k: v for k, v in asdict(self).items() if k in REASONS}
+
+
+# The reasons only samples of one mode can have (validation/rules.py): their rate is a share of that mode.
+REASON_MODES: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "think_start_in_output",
+            "missing_think_start",
+            "multiple_think_start",
+            "missing_think_end",
+            "multiple_think_end",
+            "think_end_before_start",
+            "runaway_thinking",
+        ),
+        THINKING,
+    ),
+    "think_token_in_instant": INSTANT,
+}
 
 
 def parse_rates(rates: Mapping[str, Any], where: str = "max rate") -> dict[str, float]:
@@ -127,9 +149,11 @@ _MESSAGES: dict[str, Callable[[ModelProfile | None, str], tuple[str, str]]] = {
         f"raise {_named('max_new_tokens', f)} (reasoning traces are long)",
     ),
     "prompt_suffix": lambda p, f: (
-        f"of prompts do not end in {p.describe_suffix() if p else 'the profile prompt suffix'}",
+        f"of prompts do not end in {p.describe_suffix() if p else 'the profile prompt suffix'}"
+        + (f" (instant ones: {p.instant.describe_suffix()})" if p and p.instant else ""),
         f"the tokenizer's template does not end prompts in {_tok(p, 'think_start', '<think>')} as the profile "
-        f"expects: the tokenizer or the profile is wrong (check {_named('tokenizer', f)} and {_named('profile', f)})",
+        f"expects: the tokenizer or the profile is wrong (check {_named('tokenizer', f)} and {_named('profile', f)})"
+        + (f"; instant prompts need a template that honours {p.instant.template_kwargs}" if p and p.instant else ""),
     ),
     "prompt_tokens_mismatch": lambda p, f: (
         "of samples report prompt_tokens different from the number of prompt ids sent",
@@ -158,6 +182,12 @@ _MESSAGES: dict[str, Callable[[ModelProfile | None, str], tuple[str, str]]] = {
         f"of samples contain {_tok(p, 'think_start', '<think>')} in the output",
         "the model generated <think> although the prompt ends in it: is the chat template the model's own? "
         f"Check {_named('tokenizer', f)} and {_named('profile', f)}",
+    ),
+    "think_token_in_instant": lambda p, f: (
+        f"of instant answers hold {_tok(p, 'think_start', '<think>')} or {_tok(p, 'think_end', '</think>')}",
+        "the model reasons although the template turned thinking off: is the chat template the model's own (its "
+        f"instant switch: {p.instant.template_kwargs if p and p.instant else 'none'})? Check {_named('tokenizer', f)}"
+        f" and {_named('profile', f)}, or generate this category in mode thinking",
     ),
     "missing_think_start": lambda p, f: (
         f"of samples have no {_tok(p, 'think_start', '<think>')}",
@@ -230,10 +260,12 @@ def diagnose(
     thresholds: DiagnosisThresholds = DiagnosisThresholds(),
     profile: ModelProfile | None = None,
     front_end: str = "cli",
+    mode_totals: Mapping[str, int] | None = None,
 ) -> list[str]:
     """One line per violated threshold (in REASONS order): how many samples, the likely cause, the fix.
 
     `total` is the number of samples of the run (valid ones included); counts of unknown codes are ignored.
+    With `mode_totals` (samples per mode), a reason of one mode (`REASON_MODES`) is a share of that mode's samples.
     """
     lines = []
     for reason in REASONS:
@@ -241,7 +273,8 @@ def diagnose(
         limit = thresholds.rate(reason)
         if count <= 0 or limit is None:
             continue
-        total_seen = max(total, count)
+        of_mode = mode_totals.get(REASON_MODES[reason]) if mode_totals and reason in REASON_MODES else None
+        total_seen = max(total if of_mode is None else of_mode, count)
         if total_seen < thresholds.min_samples and limit > 0.0:
             continue
         if count / total_seen <= limit:
@@ -258,8 +291,9 @@ def check_run(
     thresholds: DiagnosisThresholds = DiagnosisThresholds(),
     profile: ModelProfile | None = None,
     front_end: str = "cli",
+    mode_totals: Mapping[str, int] | None = None,
 ) -> None:
     """Raise ValidationFailed (one line, diagnoses joined by '; ') when any threshold is violated."""
-    lines = diagnose(reason_counts, total, thresholds, profile, front_end)
+    lines = diagnose(reason_counts, total, thresholds, profile, front_end, mode_totals)
     if lines:
         raise ValidationFailed(lines)

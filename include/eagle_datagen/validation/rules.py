@@ -1,9 +1,13 @@
 """Token-level validation of one generated sample: pure functions, run on every sample of a run.
 
 `validate_sample` returns None for a sample that may become training data, or `(reason, detail)` for the
-first check it fails (the order of `REASONS`). A failed sample is quarantined with its reason, never
-dropped. Ids are handled as numpy arrays: a row's lists are converted once (a numpy array, for example a
-zero-copy slice of an Arrow column, is used as it is), and every check is a slice or a vectorised compare.
+first check it fails (the order of `REASONS`). The checks follow the sample's mode (its `mode` column; none:
+thinking, as before modes existed): a thinking sample's prompt ends in the profile's prompt suffix and its output
+carries the reasoning's end; an instant sample's prompt ends in the instant suffix (Kimi-K2.5: `<think></think>`)
+and its output holds no think token at all, only the answer and the EOS. A failed sample is quarantined with
+its reason, never dropped. Ids are handled as numpy arrays: a row's lists are converted once (a numpy array,
+for example a zero-copy slice of an Arrow column, is used as it is), and every check is a slice or a vectorised
+compare.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.profile import ModelProfile
+from eagle_datagen.modes import INSTANT, THINKING
+from eagle_datagen.profile import ModeFacts, ModelProfile
 from eagle_datagen.validation.logprobs import REASONS as LOGPROB_REASONS
 from eagle_datagen.validation.logprobs import check_logprobs
 
@@ -25,19 +30,21 @@ REASONS: dict[str, str] = {
     "request_error": "the request failed permanently (the server rejected it); there is no output",
     "finish_abort": "the server aborted the request (finish_reason abort)",
     "finish_length": "the output hit max_new_tokens before the model finished (finish_reason length)",
-    "prompt_suffix": "prompt_ids do not end with the profile's prompt suffix (tokenizer and profile disagree)",
+    "prompt_suffix": "prompt_ids do not end with the prompt suffix of the sample's mode (tokenizer, template and "
+    "profile disagree, or the prompt was rendered in the other mode)",
     "prompt_tokens_mismatch": "the server's prompt_tokens differs from the number of prompt ids sent",
     "completion_tokens_mismatch": "the number of output ids differs from the server's completion_tokens",
     "prompt_echo": "output_ids start with the prompt's last ids (the SGLang 0.5.0-0.5.4 echo bug)",
     "id_out_of_range": "an id is negative, not an integer, or not below the profile's vocab_size",
     "no_eos": "the output does not end in the profile's EOS, or finish_reason is not stop",
     "think_start_in_output": "the output contains think_start although the prompt already ends in it",
+    "think_token_in_instant": "an instant-mode output holds think_start or think_end (instant answers do not reason)",
     "missing_think_start": "the output has no think_start (the model writes it itself)",
     "multiple_think_start": "the output contains think_start more than once",
     "missing_think_end": "the output has no think_end",
     "multiple_think_end": "the output contains think_end more than once",
     "think_end_before_start": "think_end comes before think_start in the output",
-    "empty_answer": "no token between think_end and the final EOS",
+    "empty_answer": "no token between think_end (an instant prompt's end) and the final EOS",
     "runaway_thinking": "the reasoning (tokens before think_end) is longer than max_reasoning_tokens",
     "repetition_loop": "the output ends in one n-gram repeated back to back (a degenerate loop)",
     **LOGPROB_REASONS,  # soft targets asked for (top_logprobs_num > 0): validation/logprobs.py
@@ -143,23 +150,32 @@ def _finish_type(value: Any) -> Any:
     return value.get("type") if isinstance(value, Mapping) else value
 
 
-def _echo_length(prompt: np.ndarray, output: np.ndarray, profile: ModelProfile, max_k: int) -> int:
+def _echo_length(prompt: np.ndarray, output: np.ndarray, profile: ModelProfile, max_k: int, mode: ModeFacts) -> int:
     """The largest k <= max_k with output[:k] == prompt[-k:] that counts as an echo, or 0.
 
     One id in common is counted only when the prompt's last id is an added token (a tag such as <think>)
     that a valid output never starts with; an ordinary id (Qwen's trailing newline) can start a valid
-    output by chance. Two or more ids (the prompt's template tail, in order) are always an echo.
+    output by chance. Two or more ids (the prompt's template tail, in order) are always an echo, except in
+    instant mode: there the prompt ends in a closed think block, and a model that ignores the switch may
+    write those very tokens itself (its answer is quarantined as think_token_in_instant, never sent again as
+    a server fault), so only a longer match, reaching past the think block, counts. The echo bug's own
+    signature, completion_tokens that disagree with the ids, is checked before and still catches it.
     """
     max_k = min(max_k, len(prompt), len(output))
     if max_k < 1:
         return 0
     head = output[:max_k].tolist()
     tail = prompt[-max_k:].tolist()
+    if mode.name == INSTANT:
+        ids = mode.prompt_suffix_ids
+        think = ids.index(profile.think_start.id) if profile.think_start.id in ids else len(ids) - 1
+        shortest = len(ids) - think + 1  # the think block and one id before it
+        return next((k for k in range(max_k, shortest - 1, -1) if head[:k] == tail[-k:]), 0)
     for k in range(max_k, 1, -1):
         if head[:k] == tail[-k:]:
             return k
     if head[0] == tail[-1]:
-        last = profile.prompt_suffix[-1]
+        last = mode.prompt_suffix[-1]
         is_tag = last.id == tail[-1] and _TAG.fullmatch(last.text) is not None
         starts_output = profile.thinking == "generated" and last.id == profile.think_start.id
         if is_tag and not starts_output:
@@ -173,9 +189,9 @@ def validate_sample(
     """None for a valid sample; else (reason code, one-line detail) of the first failing check (see REASONS).
 
     `row` has the generated-row columns: prompt_ids, output_ids, finish_reason (the type, or SGLang's
-    finish_reason mapping), completion_tokens, prompt_tokens, error. A missing or None prompt_tokens /
-    completion_tokens is not checked. With `top_logprobs_num` k > 0, its `logprobs` (inference/logprobs.py's
-    compact form) are checked last (validation/logprobs.py).
+    finish_reason mapping), completion_tokens, prompt_tokens, error, mode. A missing or None prompt_tokens /
+    completion_tokens is not checked; a missing or None mode is thinking. With `top_logprobs_num` k > 0, its
+    `logprobs` (inference/logprobs.py's compact form) are checked last (validation/logprobs.py).
     """
     error = row.get("error")
     if error:
@@ -191,12 +207,13 @@ def validate_sample(
     except ValueError as exc:
         return "id_out_of_range", str(exc)
 
-    suffix = profile.prompt_suffix_ids
+    mode = row.get("mode") or THINKING
+    if mode not in profile.modes:
+        return "prompt_suffix", profile.no_mode(str(mode))
+    facts = profile.mode(mode)
+    suffix = facts.prompt_suffix_ids
     if len(prompt) < len(suffix) or tuple(prompt[len(prompt) - len(suffix) :].tolist()) != suffix:
-        return (
-            "prompt_suffix",
-            f"prompt_ids end in {prompt[-len(suffix) :].tolist()}, not {profile.describe_suffix()}",
-        )
+        return "prompt_suffix", _suffix_detail(prompt, facts, profile)
     prompt_tokens = row.get("prompt_tokens")
     if prompt_tokens is not None and prompt_tokens != len(prompt):
         return "prompt_tokens_mismatch", f"prompt_tokens is {prompt_tokens} but {len(prompt)} prompt ids were sent"
@@ -206,7 +223,7 @@ def validate_sample(
             "completion_tokens_mismatch",
             f"{len(output)} output ids for completion_tokens {completion_tokens}",
         )
-    echo = _echo_length(prompt, output, profile, limits.echo_tail)
+    echo = _echo_length(prompt, output, profile, limits.echo_tail, facts)
     if echo:
         return "prompt_echo", f"output_ids start with the prompt's last {echo} id(s) {output[:echo].tolist()}"
     for name, ids in (("prompt_ids", prompt), ("output_ids", output)):
@@ -224,6 +241,13 @@ def validate_sample(
     if finish != "stop":
         return "no_eos", f"finish_reason is {finish!r}, not 'stop'"
 
+    answer = (_check_instant_answer if mode == INSTANT else _check_thinking_answer)(output, profile, limits)
+    return answer if answer is not None else check_logprobs(row, output, profile.vocab_size)
+
+
+def _check_thinking_answer(
+    output: np.ndarray, profile: ModelProfile, limits: ValidationLimits
+) -> tuple[str, str] | None:
     start, end = profile.think_start, profile.think_end
     ends = np.flatnonzero(output == end.id)
     if profile.thinking == "prefilled":
@@ -253,13 +277,43 @@ def validate_sample(
             "runaway_thinking",
             f"{reasoning} reasoning tokens, more than max_reasoning_tokens {limits.max_reasoning_tokens}",
         )
+    return _check_loop(output, limits)
+
+
+def _check_loop(output: np.ndarray, limits: ValidationLimits) -> tuple[str, str] | None:
     loop = find_repetition_loop(output[:-1][-limits.loop_window :], limits.loop_ngram_max, limits.loop_min_repeats)
     if loop:
         n, repeats = loop
         gram = output[len(output) - 1 - n : len(output) - 1].tolist()
         shown = str(gram) if n <= 8 else f"{str(gram[:8])[:-1]}, ...]"
         return "repetition_loop", f"the output ends in a {n}-gram {shown} repeated {repeats} times before the EOS"
-    return check_logprobs(row, output, profile.vocab_size)
+    return None
+
+
+def _check_instant_answer(
+    output: np.ndarray, profile: ModelProfile, limits: ValidationLimits
+) -> tuple[str, str] | None:
+    """An instant answer (the output ends in the EOS, checked before): no think token, something before the EOS,
+    no loop. A think token means the model reasoned although the template told it not to: the model's doing
+    (quarantined, never sent again), or a template whose switch the model does not know."""
+    think = [t for t in (profile.think_start, profile.think_end) if np.count_nonzero(output == t.id)]
+    if think:
+        found = ", ".join(f"{t.text} ({t.id}) x{int(np.count_nonzero(output == t.id))}" for t in think)
+        first = int(np.flatnonzero(np.isin(output, [t.id for t in think]))[0])
+        return "think_token_in_instant", f"the instant answer holds {found}, the first at {first}"
+    if len(output) == 1:
+        return "empty_answer", "the EOS directly follows the instant prompt: no answer"
+    return _check_loop(output, limits)
+
+
+def _suffix_detail(prompt: np.ndarray, facts: ModeFacts, profile: ModelProfile) -> str:
+    """What the prompt ends in instead, naming the other mode when it is that mode's suffix."""
+    detail = f"prompt_ids end in {prompt[-len(facts.prompt_suffix) :].tolist()}, not {facts.describe_suffix()}"
+    for other in profile.modes:
+        suffix = profile.mode(other).prompt_suffix_ids
+        if other != facts.name and tuple(prompt[len(prompt) - len(suffix) :].tolist()) == suffix:
+            return f"{detail}: the prompt is the {other} mode's, the sample {facts.name} (rendered in the wrong mode)"
+    return f"{detail} ({facts.name} mode)"
 
 
 def _count(ids: Any) -> int | str:

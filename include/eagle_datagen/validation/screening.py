@@ -4,8 +4,9 @@ A server fault is a reason whose token-level evidence proves that the server alt
 answer (the echo bug, token counts that disagree with the ids, ids the model cannot emit): the model did
 not give that answer, so the sample is sent again (to a healthy endpoint, same sample identity) and the
 answer never becomes a row. Every other reason looks, one answer at a time, like the model's own behaviour
-(no `</think>`, a loop, a truncation; a server stripping think tokens looks like this too): the answer is
-kept and quarantined, never retried. Whether one endpoint shows a reason far more often than the others
+(no `</think>`, a loop, a truncation, a think token in an instant answer; a server stripping think tokens looks
+like this too): the answer is kept and quarantined, never retried, since the same request would get the same
+answer again. Whether one endpoint shows a reason far more often than the others
 is the content breaker's question (inference/content_breaker.py), not this one's.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle_datagen.inference.logprobs import LOGPROBS_KEY
+from eagle_datagen.modes import THINKING
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.validation.rules import DEFAULT_LIMITS, ValidationLimits, validate_sample
 
@@ -43,11 +45,12 @@ def judge_answer(
     meta_info: dict[str, Any],
     profile: ModelProfile,
     limits: ValidationLimits = DEFAULT_LIMITS,
+    mode: str = THINKING,
     top_logprobs: int = 0,
 ) -> Verdict:
-    """The verdict of `validate_sample` on an answer, with the token counts the server reported (the same
-    row that publishing validates, so an answer judged here is judged the same there); `top_logprobs`: the k the
-    request asked for (its logprobs are checked too)."""
+    """The verdict of `validate_sample` on an answer in `mode`, with the token counts the server reported (the
+    same row that publishing validates, so an answer judged here is judged the same there); `top_logprobs`: the k
+    the request asked for (its logprobs are checked too)."""
     finish = meta_info.get("finish_reason") or {}
     row = {
         "prompt_ids": prompt_ids,
@@ -55,6 +58,7 @@ def judge_answer(
         "finish_reason": finish.get("type", "abort") if isinstance(finish, dict) else finish,
         "completion_tokens": meta_info.get("completion_tokens"),
         "prompt_tokens": meta_info.get("prompt_tokens"),
+        "mode": mode,
         "top_logprobs_num": top_logprobs,
         "logprobs": meta_info.get(LOGPROBS_KEY),
     }

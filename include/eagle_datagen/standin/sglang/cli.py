@@ -30,6 +30,8 @@ FAULT_FLAGS = {
     "prompt_tokens": "report a prompt_tokens that disagrees with the ids sent, as a server or proxy that "
     "re-tokenized the prompt with another tokenizer would",
     "logprobs_shape": "with return_logprob: output_top_logprobs one position short of output_ids",
+    "think_in_instant": "answer an instant prompt (one ending in <think></think>) with reasoning and </think> "
+    "anyway, as a model that ignores the template's switch would",
 }
 
 

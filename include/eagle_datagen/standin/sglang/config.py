@@ -25,6 +25,9 @@ class FaultRates:
     echo: float = 0.0  # SGLang 0.5.0-0.5.4: output_ids start with the prompt's last 1-5 ids
     strip_think: float = 0.0  # a misconfigured reasoning parser removed <think> and </think>
     prompt_tokens: float = 0.0  # meta_info.prompt_tokens disagrees with the ids sent (another tokenizer's count)
+    # an instant prompt (it ends in <think></think>) answered with reasoning and </think> anyway, as a model that
+    # ignores the template's switch would
+    think_in_instant: float = 0.0
     # the request is accepted and never answered: the connection stays open, /health stays 200, and the server's
     # own load (/v1/loads) does not count it, as when a request is lost inside a server
     lose: float = 0.0

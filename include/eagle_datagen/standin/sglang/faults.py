@@ -48,9 +48,10 @@ class ItemFaults:
     strip_think: bool = False
     prompt_tokens: bool = False
     logprobs_shape: bool = False
+    think_in_instant: bool = False
 
     def kinds(self) -> list[str]:
-        kinds = ("abort", "no_think_end", "echo", "strip_think", "prompt_tokens", "logprobs_shape")
+        kinds = ("abort", "no_think_end", "echo", "strip_think", "prompt_tokens", "logprobs_shape", "think_in_instant")
         return [k for k in kinds if getattr(self, k)]
 
 
@@ -62,6 +63,7 @@ class FaultInjector:
         self._later_rng = random.Random(seed + 1)
         self._lose_rng = random.Random(seed + 2)
         self._logprobs_rng = random.Random(seed + 3)
+        self._mode_rng = random.Random(seed + 4)
         self.requests = 0  # /generate requests decided so far (lose_after counts them)
 
     def _draw(self, rate: float) -> bool:
@@ -92,6 +94,7 @@ class FaultInjector:
             strip_think=strip,
             prompt_tokens=prompt_tokens,
             logprobs_shape=self._logprobs_rng.random() < r.logprobs_shape,
+            think_in_instant=self._mode_rng.random() < r.think_in_instant,
         )
 
 

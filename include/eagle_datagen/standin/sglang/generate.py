@@ -245,6 +245,8 @@ async def run_item(
 
     if faults.abort:
         return result([], dict(ABORT_FINISH_REASON), 0)
+    # an instant prompt ends in a closed think block: the model answers without reasoning (unless the fault)
+    instant = item.prompt_ids[-2:] == [cfg.think_start_id, cfg.think_end_id] and not faults.think_in_instant
     generation = state.outputs.generate(
         item.prompt_ids,
         sampling_seed=sampling.sampling_seed,
@@ -254,11 +256,13 @@ async def run_item(
         stop_token_ids=sampling.stop_token_ids,
         ignore_eos=sampling.ignore_eos,
         think_end=not faults.no_think_end,
+        instant=instant,
     )
     if cfg.tool_calls and state.codec is not None and generation.finish_reason.get("type") == "stop":
         tail = tool_call_tail(state.codec, item.prompt_ids, cfg.eos_id)
-        if tail is not None and cfg.think_end_id in generation.output_ids:
-            reasoning = generation.output_ids[: generation.output_ids.index(cfg.think_end_id) + 1]
+        if tail is not None and (instant or cfg.think_end_id in generation.output_ids):
+            ids = generation.output_ids
+            reasoning = [] if instant else ids[: ids.index(cfg.think_end_id) + 1]
             generation = Generation(reasoning + tail, {"type": "stop", "matched": cfg.eos_id})
     think_ids = (cfg.think_start_id, cfg.think_end_id)
     output_ids, completion_tokens = apply_output_faults(generation.output_ids, item.prompt_ids, faults, think_ids)

@@ -1,4 +1,5 @@
-"""Deterministic outputs shaped like a reasoning model's: reasoning, </think>, answer, EOS.
+"""Deterministic outputs shaped like a reasoning model's: reasoning, </think>, answer, EOS; or, for a prompt that
+ends in a closed think block (instant mode: `<think></think>`), the answer and EOS alone, as the real model gives.
 
 Each output is a pure function of (prompt ids, sampling_seed, sample index), so a retried request gets the
 same tokens and a test can predict them. Ordinary tokens follow a Zipf law over frequency ranks (never a
@@ -86,12 +87,14 @@ class OutputModel:
         stop_token_ids: Iterable[int] = (),
         ignore_eos: bool = False,
         think_end: bool = True,
+        instant: bool = False,
     ) -> Generation:
         """The output SGLang would return, with its finish reason (`stop` with the matched id, or `length`).
 
         As in SGLang, `ignore_eos` turns off every token-based stop (EOS and `stop_token_ids`), and stop
         tokens do not count before `min_new_tokens` ids have been generated. `think_end=False` leaves
-        </think> out (the no_think_end fault).
+        </think> out (the no_think_end fault). `instant`: no reasoning and no </think>, the answer alone (of the
+        same drawn length).
         """
         cfg = self.config
         limit = cfg.context_length - len(prompt_ids)
@@ -102,12 +105,13 @@ class OutputModel:
         total = int(rng.integers(cfg.output_tokens_min, cfg.output_tokens_max + 1))
         fraction = cfg.reasoning_fraction + rng.uniform(-REASONING_JITTER, REASONING_JITTER)
         body = total - 2  # ordinary tokens around </think>, before EOS
-        natural = body + int(think_end) + 1
+        natural = body + int(think_end and not instant) + 1
         # a model kept from stopping before min_new_tokens writes on; ignore_eos writes on to the limit
         extra = max(0, limit - natural) if ignore_eos else max(0, min_new_tokens + 1 - natural)
         ordinary = self.ordinary_tokens(rng, body + extra)
-        reasoning = round(body * min(max(fraction, 0.0), 1.0))
-        parts = [ordinary[:reasoning], [cfg.think_end_id] if think_end else [], ordinary[reasoning:body]]
+        reasoning = 0 if instant else round(body * min(max(fraction, 0.0), 1.0))
+        closes = think_end and not instant
+        parts = [ordinary[:reasoning], [cfg.think_end_id] if closes else [], ordinary[reasoning:body]]
         if ignore_eos:
             parts += [[cfg.eos_id], ordinary[body:]]
         else:

@@ -1046,6 +1046,39 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         only="one run's choice",
     ),
     Setting(
+        "heldout_fraction",
+        0.02,
+        "2%: a category of ~20k prompts holds out ~400, which bound its mean accept length within about +-0.05 "
+        "(docs/evaluation.md)",
+        cli="--heldout-fraction",
+        flag=Flag(
+            OUTPUT,
+            help=(
+                "share of prompts held out of every export, chosen by a stable hash of the prompt, for `eagle-datagen "
+                "evaluate` (default: the output root's frozen fraction, else 0.02 for its first run); another "
+                "fraction than the root's is refused"
+            ),
+            metavar="F",
+            type="fraction",
+            unset=True,
+        ),
+        form="heldout_fraction",
+        param=FormParam(
+            "number",
+            "Held-out fraction",
+            (
+                "Share of prompts held out of every export for evaluation (a stable hash of the prompt). Empty: the "
+                "output root's frozen fraction, else 0.02. Another fraction than the root's is refused."
+            ),
+            FORM_RUN,
+            nullable=True,
+        ),
+        config="heldout_fraction",
+        option="heldout_fraction",
+        only="a policy of the output root, frozen by its first run, not of a prompt set: no recipe key",
+        bounds=Bounds(0, 0.5),
+    ),
+    Setting(
         "claim_ttl",
         CLAIM_TTL_S,
         "an hour outlasts a live run's quiet spells; a longer silence is a death",

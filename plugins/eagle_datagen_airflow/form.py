@@ -71,6 +71,7 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
         "min_endpoints": recipe.min_endpoints or settings.MIN_ENDPOINTS,
         "output": output,
         "draft_vocab_size": draft_vocab_size,
+        "heldout_fraction": None,  # empty: the output root's frozen fraction (a value would refuse another root's)
     }
     declared = [entry for entry in settings.RUN_SETTINGS if entry.form and entry.param]
     declared.sort(key=lambda entry: settings.FORM_SECTIONS.index(entry.param.section))  # section by section

@@ -53,6 +53,7 @@ ADDED = [
     ("step_kind", pa.string(), True),
     ("trajectory_end", pa.string(), True),
     ("prompt_drift", pa.string(), True),
+    ("heldout", pa.bool_(), True),
 ]
 CONVERSATION_COLUMNS = [name for name, _, _ in ADDED[1:]]
 SAMPLING = json.dumps({"max_new_tokens": 2048, "temperature": 1.0}, sort_keys=True)

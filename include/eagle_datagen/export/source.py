@@ -3,7 +3,9 @@
 Only files the manifest or release lists are read, each checked against its sha256 before use, so an
 unpublished or altered shard cannot leak into training data. A release drops the rows it lists as
 superseded (a sample id already seen in an earlier listed file, that is in a newer run), as it counted
-them. Shards are read one at a time, a row group at a time, with only the columns the format needs.
+them. Held-out rows (heldout.py) are never exported: those marked `heldout`, and, in rows written before the
+column, those whose prompt the output root's policy holds out; they are counted per category. Shards are read
+one at a time, a row group at a time, with only the columns the format needs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eagle_datagen.errors import ConfigError, DataGenError
+from eagle_datagen.heldout import HeldoutPolicy, heldout_rows, read_policy
 from eagle_datagen.stats.draft_vocab import DraftVocab
 from eagle_datagen.storage.local_copy import local_copy
 from eagle_datagen.storage.manifest import manifest_key, read_manifest
@@ -26,6 +29,7 @@ from eagle_datagen.storage.releases import read_release, release_key
 from eagle_datagen.storage.reorder import slices
 
 BATCH_BYTES = 16 * 2**20  # of ids per table handed to export/rows.py
+HELDOUT_COLUMNS = ("heldout", "prompt_id")  # what tells a held-out row (heldout.py)
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class ExportSource:
     draft_vocab_file: InputFile | None  # the published draft vocabulary, if the run or release has one
     superseded_rows: int = 0  # rows of the exported files that a release does not count
     categories: list[str] = field(default_factory=list)  # those exported; a release reads the others' ids
+    heldout: HeldoutPolicy | None = None  # the output root's held-out policy: its prompts are never exported
+    heldout_rows: dict[str, int] = field(default_factory=dict)  # held-out rows left out, per category (once read)
 
     @property
     def manifest_key(self) -> str:
@@ -75,13 +81,14 @@ class ExportSource:
         seen: set[str] = set()
         for entry in self.files:
             exported = entry.category in self.categories
-            names = wanted if exported else ["sample_id"]
+            names = list(dict.fromkeys([*wanted, *HELDOUT_COLUMNS])) if exported else ["sample_id"]
             schema = pa.schema([SAMPLE_SCHEMA.field(name) for name in names])
             with local_copy(self.root, entry.key) as (path, sha256):
                 self._check(entry, sha256)
                 parquet = pq.ParquetFile(str(path), memory_map=False)
+                stored = [name for name in names if name in parquet.schema_arrow.names]  # heldout: newer files only
                 for group in range(parquet.metadata.num_row_groups):
-                    table = parquet.read_row_group(group, columns=names).cast(schema)
+                    table = with_nulls(parquet.read_row_group(group, columns=stored), schema)
                     if self.kind == "release":  # the release kept the first row of each sample id, in its order
                         ids = table.column("sample_id").to_pylist()
                         keep = [sample_id not in seen for sample_id in ids]
@@ -89,8 +96,21 @@ class ExportSource:
                         if not all(keep):
                             table = table.filter(pa.array(keep))
                     if exported and table.num_rows:
+                        table = self._without_heldout(table, entry.category).select(wanted)
+                    if exported and table.num_rows:
                         # training rows take ~36 bytes per token while built: a row group (~33M ids) in slices
                         yield from slices(table, table.num_rows, BATCH_BYTES)
+
+    def _without_heldout(self, table: pa.Table, category: str | None) -> pa.Table:
+        """The rows that are not held out (heldout.heldout_rows), the others counted."""
+        if self.heldout is None and table.column("heldout").null_count == table.num_rows:
+            return table
+        held = heldout_rows(table.column("heldout").to_pylist(), table.column("prompt_id").to_pylist(), self.heldout)
+        left_out = sum(held)
+        if not left_out:
+            return table
+        self.heldout_rows[category or "?"] = self.heldout_rows.get(category or "?", 0) + left_out
+        return table.filter(pa.array([not h for h in held]))
 
     @property
     def exported_files(self) -> list[InputFile]:
@@ -105,6 +125,14 @@ class ExportSource:
         """The manifest's (or release's) checksums of every file the export read."""
         listed = [*self.exported_files, *([self.draft_vocab_file] if self.draft_vocab_file else [])]
         return [{"key": f.key, "sha256": f.sha256, **({"rows": f.rows} if f.rows is not None else {})} for f in listed]
+
+
+def with_nulls(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with `schema`'s columns, in its order, those it lacks as nulls (columns added to the contract)."""
+    columns = [
+        table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type) for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _check_categories(wanted: list[str] | None, available: list[str], what: str) -> None:
@@ -135,6 +163,7 @@ def open_run(root: OutputRoot, run_id: str, categories: list[str] | None = None)
         files=files,
         draft_vocab_file=InputFile(vocab["key"], vocab["sha256"], None, None) if vocab else None,
         categories=sorted({f.category for f in files if f.category is not None}),
+        heldout=read_policy(root),
     )
 
 
@@ -165,4 +194,5 @@ def open_release(root: OutputRoot, release_id: str, categories: list[str] | None
         draft_vocab_file=InputFile(vocab["key"], vocab["sha256"], None, None) if vocab else None,
         superseded_rows=superseded,
         categories=sorted(categories or release["categories"]),
+        heldout=read_policy(root),
     )

@@ -35,6 +35,8 @@ PLAN_SCHEMA = pa.schema(
         ("sample_indices", pa.list_(pa.int32())),  # which samples of the prompt this run generates
         # turns: each: the source conversation as JSON {"messages", "tools"}; null for turns: last
         ("conversation", pa.string()),
+        # held out of every export (heldout.py); plans written before the column read it as absent
+        ("heldout", pa.bool_()),
     ]
 )
 
@@ -63,6 +65,7 @@ class RunPlan:
     categories: dict[str, CategorySettings]
     shards: list[ShardInfo]
     provenance: dict[str, Any]  # tokenizer and template hashes
+    heldout: dict[str, Any] | None = None  # the output root's held-out policy when the plan was made (heldout.py)
 
     @property
     def total_samples(self) -> int:
@@ -76,6 +79,7 @@ class RunPlan:
             "categories": {c: asdict(s) for c, s in self.categories.items()},
             "shards": [asdict(s) for s in self.shards],
             "provenance": self.provenance,
+            "heldout": self.heldout,
         }
 
     @classmethod
@@ -87,6 +91,7 @@ class RunPlan:
             categories={c: CategorySettings(**s) for c, s in raw["categories"].items()},
             shards=[ShardInfo(**s) for s in raw["shards"]],
             provenance=raw["provenance"],
+            heldout=raw.get("heldout"),
         )
 
     def settings_key(self) -> dict[str, Any]:
@@ -168,6 +173,7 @@ def write_plan(root: OutputRoot, plan: RunPlan, shard_prompts: list[list[Planned
                     _conversation_json(p) if plan.categories[p.record.category].turns == "each" else None
                     for p, _ in prompts
                 ],
+                "heldout": [None] * len(prompts),
             },
             schema=PLAN_SCHEMA,
         )

@@ -17,6 +17,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
+
 from eagle_datagen.conversation.driver import validation_row
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.checkpoint import checkpoint_rows, load_checkpoint_index
@@ -62,6 +64,7 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
     # the plan's prompts as Arrow (4 bytes per id), not as Python lists; one row's ids are made a list when used
     table = read_parquet_bytes(root.read_bytes(shard_key(plan.run_id, index)))
     small = table.select(["prompt_id", "record_id", "category", "sample_indices"]).to_pylist()
+    heldout = _heldout_column(table)
     prompt_ids = table.column("prompt_ids")
     requests: dict[str, tuple[int, SampleRequest, int]] = {}  # sample_id -> (place, request, plan row)
     for row_index, row in enumerate(small):
@@ -109,6 +112,7 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
                 "cached_tokens": _int_or_none(meta.get("cached_tokens")),
                 "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
                 "error": saved["error"],
+                "heldout": heldout[row_index],
             },
         )
     if found != len(requests):  # an index named a sample its chunk does not hold
@@ -126,8 +130,17 @@ def _step_place(ordinal: int, turn: int, seen: int) -> int:
     return (ordinal << (_TURN_BITS + _SEEN_BITS)) | (turn << _SEEN_BITS) | seen
 
 
+def _heldout_column(table: pa.Table) -> list[bool | None]:
+    """The plan rows' held-out marks (heldout.py); None for a plan written before the column."""
+    if "heldout" not in table.column_names:
+        return [None] * table.num_rows
+    return table.column("heldout").to_pylist()
+
+
 def _conversations(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed]:
     jobs = {job.conversation_id: (ordinal, job) for ordinal, job in enumerate(shard_conversations(root, plan, index))}
+    planned = read_parquet_bytes(root.read_bytes(shard_key(plan.run_id, index)))
+    heldout = dict(zip(planned.column("prompt_id").to_pylist(), _heldout_column(planned), strict=True))
     last: dict[str, tuple[int, int, bool]] = {}  # conversation -> (turn, seen, ended) of its last step
     for seen, saved in enumerate(checkpoint_rows(root, plan.run_id, index)):
         step = saved.get("conversation")
@@ -155,6 +168,7 @@ def _conversations(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Plac
                 "weight_version": meta.get("weight_version"),
                 "cached_tokens": _int_or_none(meta.get("cached_tokens")),
                 "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
+                "heldout": heldout.get(job.prompt_id),
             }
             | step,
         )

@@ -55,6 +55,7 @@ from eagle_datagen.generation.plan_build import source_and_plan
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions
 from eagle_datagen.generation.screen import AnswerScreen
+from eagle_datagen.heldout import freeze_policy
 from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, prompt_groups, spaced_samples
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
@@ -128,6 +129,7 @@ class RunOptions:
     preflight_wait_s: float = settings.WAIT_READY_S
     front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
     min_endpoints: int | str | None = None  # endpoints that must pass preflight, a count or a share ("50%")
+    heldout_fraction: float | None = None  # None: the output root's frozen fraction (heldout.py), else the default
 
     @property
     def claim(self) -> bool:
@@ -468,6 +470,7 @@ def prepare_plan(
         log.info("run %s: continuing the existing plan (%d shards)", run_id, len(existing.shards))
         return existing
     model = options.model or setup.profile.model
+    heldout = freeze_policy(root, options.heldout_fraction, run_id, options.front_end)
 
     def settings_for(categories: list[str]) -> dict[str, CategorySettings]:
         return category_settings(categories, setup.recipe, setup.profile.sampling, options.sampling)
@@ -507,4 +510,5 @@ def prepare_plan(
         settings_for=settings_for,
         choose=choose,
         skip=skip,
+        heldout=heldout,
     )

@@ -72,6 +72,8 @@ _ADDED_FIELDS = [
     pa.field("step_kind", pa.string()),  # user_turn | tool_result
     pa.field("trajectory_end", pa.string()),  # on the conversation's last step: why it stopped
     pa.field("prompt_drift", pa.string()),  # this prompt vs the parent's prompt_ids + output_ids
+    # held out of every export for evaluation (heldout.py); null: written before the output root had a policy
+    pa.field("heldout", pa.bool_()),
 ]
 SAMPLE_SCHEMA = _schema(_SAMPLE_FIELDS + _ADDED_FIELDS)
 QUARANTINE_SCHEMA = _schema(

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from eagle_datagen.heldout import heldout_key
 from eagle_datagen.tokenization.tokenize import TokenizedPrompt
 
 SPOOL_SCHEMA = pa.schema(
@@ -28,6 +29,7 @@ SPOOL_SCHEMA = pa.schema(
         ("prompt_id", pa.string()),
         ("prompt_ids", pa.list_(pa.int32())),
         ("conversation", pa.string()),  # {"messages", "tools"} for categories that keep it (turns: each)
+        ("heldout_key", pa.string()),  # the prompt id of its first prompt (heldout.py)
     ]
 )
 FLUSH_ROWS = 1024
@@ -101,6 +103,7 @@ class TokenizedSpool:
                         ],
                         pa.string(),
                     ),
+                    pa.array([heldout_key(p.record.messages, p.record.tools) for p in rows], pa.string()),
                 ],
                 schema=SPOOL_SCHEMA,
             )

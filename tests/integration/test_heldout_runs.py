@@ -16,9 +16,9 @@ from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.heldout import heldout_key, is_heldout
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
+from generation_runs import run_options
 
 from conftest import user_record, write_jsonl
-from generation_runs import run_options
 
 pytestmark = pytest.mark.slow
 FRACTION = 0.3

@@ -158,6 +158,11 @@ class RunSummary:
         return dict(self.__dict__)
 
 
+def endpoint_window(max_running_requests: int | None, concurrency: int | None = None) -> int:
+    """Requests in flight at one endpoint: `concurrency` when given, else WINDOW_PER_SLOT x its slots."""
+    return concurrency or math.ceil(WINDOW_PER_SLOT * (max_running_requests or DEFAULT_WINDOW))
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
@@ -345,10 +350,7 @@ async def generate_pending(
     to_do = sum(plan.shards[index].samples for index in single) - sum(len(ids) for ids in done.values())
     to_do += len(conversations)
     resumed = sum(plan.shards[index].samples for index in shard_indices) - to_do
-    endpoints = [
-        Endpoint(s.url, options.concurrency or math.ceil(WINDOW_PER_SLOT * (s.max_running_requests or DEFAULT_WINDOW)))
-        for s in servers
-    ]
+    endpoints = [Endpoint(s.url, endpoint_window(s.max_running_requests, options.concurrency)) for s in servers]
     profile = load_profile(plan.profile)
     journal = EndpointJournal(root, plan.run_id)
     screen = AnswerScreen(

@@ -42,6 +42,7 @@ from eagle_datagen.standin.sglang.protocol import (
     parse_generate,
     response_object,
 )
+from eagle_datagen.standin.sglang.speculative import spec_metrics
 from eagle_datagen.standin.sglang.state import STATE_KEY, SimState
 from eagle_datagen.standin.sglang.tool_calls import tool_call_tail
 
@@ -224,7 +225,7 @@ async def run_item(
         now = time.monotonic()
         wall = time.time() - now  # monotonic -> wall-clock seconds, as meta_info reports them
         timing = Timing(arrived + wall, phases["started"] + wall, phases["prefilled"] + wall, now + wall)
-        return response_object(
+        answer = response_object(
             text=state.text(output_ids, sampling.skip_special_tokens),
             output_ids=output_ids,
             rid=item.rid,
@@ -235,6 +236,9 @@ async def run_item(
             cached_tokens=cached,
             weight_version=cfg.weight_version,
         )
+        if finish is not None and cfg.speculative is not None:  # a finished request of a server with a drafter
+            answer["meta_info"].update(spec_metrics(cfg.speculative, sampling.sampling_seed, completion_tokens))
+        return answer
 
     if faults.abort:
         return result([], dict(ABORT_FINISH_REASON), 0)

@@ -85,6 +85,15 @@ def hand_written_params(recipe: Recipe, category: str) -> dict[str, Param]:
     return {}
 
 
+def evaluate_params(output: str) -> dict[str, Param]:
+    """The evaluate DAG's form: every evaluate setting with a form param (settings.EVALUATE_SETTINGS), section by
+    section; the sampling params empty, so each category takes the recipe's sampling as its runs do."""
+    shown = {"output": output} | {name: None for name in settings.SAMPLING}
+    declared = [entry for entry in settings.EVALUATE_SETTINGS if entry.form and entry.param]
+    declared.sort(key=lambda entry: settings.EVALUATE_FORM_SECTIONS.index(entry.param.section))
+    return {entry.form: param(entry, shown) for entry in declared}
+
+
 def storage_params(output: str) -> dict[str, Param]:
     return {name: param(settings.setting(name), {"output": output}) for name in ("output", "aws_conn_id")}
 

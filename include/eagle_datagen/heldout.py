@@ -23,7 +23,7 @@ from typing import Any
 
 from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError, DataGenError
-from eagle_datagen.records import compute_prompt_id
+from eagle_datagen.records import PromptRecord, compute_prompt_id
 from eagle_datagen.storage.objects import ObjectCollision, put_once
 from eagle_datagen.storage.output_root import OutputRoot
 
@@ -44,6 +44,12 @@ def first_prompt(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def heldout_key(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
     return compute_prompt_id(first_prompt(messages), tools)
+
+
+def record_key(record: PromptRecord) -> str:
+    """`heldout_key` of a record; its own `prompt_id` (no second hash) when its first prompt is all of it."""
+    first = first_prompt(record.messages)
+    return record.prompt_id if len(first) == len(record.messages) else heldout_key(first, record.tools)
 
 
 def position(key: str) -> float:

@@ -22,8 +22,9 @@ from eagle_datagen.heldout import (
     is_heldout,
     position,
     read_policy,
+    record_key,
 )
-from eagle_datagen.records import compute_prompt_id
+from eagle_datagen.records import compute_prompt_id, validate_record
 from eagle_datagen.storage.output_root import LocalOutputRoot
 
 
@@ -45,6 +46,9 @@ def test_the_key_is_the_first_prompt_so_a_conversation_goes_with_its_opening():
     assert heldout_key(conversation, None) == heldout_key([system, u1], None)
     tools = [{"type": "function", "function": {"name": "f", "description": "", "parameters": {}}}]
     assert heldout_key([u1], tools) != heldout_key([u1], None)
+    for messages in ([system, u1], conversation):  # a record's key as the spool computes it
+        record = validate_record({"category": "chat", "messages": messages}, "x:1")
+        assert record_key(record) == heldout_key(messages, None)
 
 
 def test_the_policy_is_frozen_by_the_first_run_and_another_fraction_is_refused(tmp_path):

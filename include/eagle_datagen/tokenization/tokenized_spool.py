@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from eagle_datagen.heldout import heldout_key
+from eagle_datagen.heldout import record_key
 from eagle_datagen.tokenization.tokenize import TokenizedPrompt
 
 SPOOL_SCHEMA = pa.schema(
@@ -103,7 +103,7 @@ class TokenizedSpool:
                         ],
                         pa.string(),
                     ),
-                    pa.array([heldout_key(p.record.messages, p.record.tools) for p in rows], pa.string()),
+                    pa.array([record_key(p.record) for p in rows], pa.string()),
                 ],
                 schema=SPOOL_SCHEMA,
             )

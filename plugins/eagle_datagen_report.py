@@ -1,4 +1,5 @@
-"""Airflow plugin: a "Report" tab on category DAG runs that shows the run's HTML report (plots, not logs)."""
+"""Airflow plugin: a "Report" tab on category DAG runs that shows the run's HTML report (plots, not logs), and on
+evaluate DAG runs, the evaluation's report."""
 
 from __future__ import annotations
 

@@ -9,9 +9,21 @@ from typing import Any
 
 from eagle_datagen.conversation.driver import conversation_rows, has_ended, validation_row
 from eagle_datagen.generation.checkpoint import load_checkpoints
-from eagle_datagen.generation.plan import RunPlan, is_conversation_shard, shard_conversations, shard_requests
+from eagle_datagen.generation.plan import (
+    RunPlan,
+    is_conversation_shard,
+    shard_conversations,
+    shard_key,
+    shard_requests,
+)
 from eagle_datagen.storage.output_root import OutputRoot
-from eagle_datagen.storage.parquet import QUARANTINE_SCHEMA, SAMPLE_SCHEMA, encode_shard, samples_table
+from eagle_datagen.storage.parquet import (
+    QUARANTINE_SCHEMA,
+    SAMPLE_SCHEMA,
+    encode_shard,
+    read_parquet_bytes,
+    samples_table,
+)
 from eagle_datagen.validation.rules import reasoning_length, validate_sample
 
 
@@ -86,11 +98,15 @@ def old_shard_rows(root: OutputRoot, plan: RunPlan, index: int) -> list[dict[str
 
 
 def old_shard_bytes(root: OutputRoot, plan: RunPlan, index: int, profile, limits) -> tuple[bytes | None, bytes | None]:
-    """(data file bytes, quarantine file bytes) as main's publish_shard encoded them (None: no such file)."""
+    """(data file bytes, quarantine file bytes) as main's publish_shard encoded them (None: no such file), with the
+    `heldout` column added since (heldout.py) taken from the plan's marks."""
     rows = old_shard_rows(root, plan, index)
     assert rows is not None
+    planned = read_parquet_bytes(root.read_bytes(shard_key(plan.run_id, index)))
+    marks = dict(zip(planned.column("prompt_id").to_pylist(), planned.column("heldout").to_pylist(), strict=True))
     data, quarantine = [], []
     for row in rows:
+        row["heldout"] = marks.get(row["prompt_id"])
         verdict = validate_sample(row, profile, limits)
         row["reasoning_tokens"] = reasoning_length(row["output_ids"], profile)
         if verdict is None:

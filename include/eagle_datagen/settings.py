@@ -1135,6 +1135,39 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         only="one run's choice",
     ),
     Setting(
+        "heldout_fraction",
+        0.02,
+        "2%: a category of ~20k prompts holds out ~400, which bound its mean accept length within about +-0.05 "
+        "(docs/evaluation.md)",
+        cli="--heldout-fraction",
+        flag=Flag(
+            OUTPUT,
+            help=(
+                "share of prompts held out of every export, chosen by a stable hash of the prompt, for `eagle-datagen "
+                "evaluate` (default: the output root's frozen fraction, else 0.02 for its first run); another "
+                "fraction than the root's is refused"
+            ),
+            metavar="F",
+            type="fraction",
+            unset=True,
+        ),
+        form="heldout_fraction",
+        param=FormParam(
+            "number",
+            "Held-out fraction",
+            (
+                "Share of prompts held out of every export for evaluation (a stable hash of the prompt). Empty: the "
+                "output root's frozen fraction, else 0.02. Another fraction than the root's is refused."
+            ),
+            FORM_RUN,
+            nullable=True,
+        ),
+        config="heldout_fraction",
+        option="heldout_fraction",
+        only="a policy of the output root, frozen by its first run, not of a prompt set: no recipe key",
+        bounds=Bounds(0, 0.5),
+    ),
+    Setting(
         "claim_ttl",
         CLAIM_TTL_S,
         "an hour outlasts a live run's quiet spells; a longer silence is a death",
@@ -1420,8 +1453,314 @@ OPTION_TUNINGS = frozenset(
 )
 
 
+# --- the evaluate command (`eagle-datagen evaluate`, the evaluate DAG): a table of its own
+# RUN_SETTINGS is the `run` command's flags one for one (tests/dags/test_run_settings.py), its carrier RunConfig and
+# its options RunOptions; `evaluate` is another command with another carrier (evaluation.options.EvaluateConfig) and
+# other options (EvaluateOptions). So it declares its own settings here, and takes the run's that mean the same thing
+# (the tokenizer, the endpoints, the client's tunings, the sampling and its precedence) as they are declared above:
+# the same name, default, why, type and range, only shown in its own --help groups and form.
+EVAL_PROMPTS = "prompt set (default: the held-out prompts of --output's published runs)"
+EVAL_DEPLOYMENT = "deployment A: the speculative SGLang endpoints"
+EVAL_COMPARISON = "deployment B: a paired comparison (--compare-url or --baseline)"
+EVAL_RESULTS = "results"
+FORM_EVALUATION = "Evaluation"
+EVALUATE_FORM_SECTIONS = (FORM_EVALUATION, FORM_SAMPLING, FORM_DEPLOYMENT)
+_STRINGS = {"items": {"type": "string", "minLength": 1}}
+
+
+def _shared(
+    name: str, group: str | None = None, help: str | None = None, flag_required: bool | None = None, **changes: Any
+) -> Setting:
+    """A run setting as `evaluate` takes it: the same declaration, in an evaluate --help group (or another help,
+    or a flag `evaluate` does not require); `changes` add its evaluate form param or drop a requirement."""
+    entry = next(e for e in RUN_SETTINGS if e.name == name)
+    if entry.flag is not None:
+        required = entry.flag.required if flag_required is None else flag_required
+        flag = dataclasses.replace(
+            entry.flag, group=group or entry.flag.group, help=help or entry.flag.help, required=required
+        )
+        changes = {"flag": flag} | changes
+    return dataclasses.replace(entry, **changes)
+
+
+EVALUATE_OWN: tuple[Setting, ...] = (
+    Setting(
+        "eval_runs",
+        [],
+        "every published run of the output root",
+        cli="--run-id",
+        flag=Flag(
+            EVAL_PROMPTS,
+            help="with --output: only the held-out prompts of these published runs (repeatable; default: every one)",
+            metavar="ID",
+            repeat=True,
+        ),
+        form="run_ids",
+        param=FormParam(
+            "array",
+            "Runs",
+            "Only the held-out prompts of these published runs. Empty: every published run of the output root.",
+            FORM_EVALUATION,
+            schema=_STRINGS,
+        ),
+        config="runs",
+        option="runs",
+    ),
+    Setting(
+        "max_prompts_per_category",
+        None,
+        "every held-out prompt: ~400 per category at the default held-out fraction",
+        cli="--max-prompts-per-category",
+        flag=Flag(
+            EVAL_PROMPTS,
+            help="at most N prompts per category, chosen by --seed (default: every prompt)",
+            metavar="N",
+            type="positive_int",
+        ),
+        form="max_prompts_per_category",
+        param=FormParam(
+            "integer",
+            "Prompts per category",
+            "At most this many prompts per category, chosen by the seed. Empty: every prompt.",
+            FORM_EVALUATION,
+        ),
+        config="max_prompts_per_category",
+        option="max_prompts_per_category",
+        bounds=Bounds(1),
+    ),
+    Setting(
+        "requests_per_prompt",
+        1,
+        "one: intervals are over prompts, and more requests of a prompt only narrow that prompt's own noise",
+        cli="--requests-per-prompt",
+        flag=Flag(
+            EVAL_PROMPTS,
+            help="requests per prompt, each with its own sampling seed; a prompt's value is their mean (default: 1)",
+            metavar="K",
+            type="positive_int",
+        ),
+        form="requests_per_prompt",
+        param=FormParam(
+            "integer",
+            "Requests per prompt",
+            "Requests per prompt, each with its own seed; a prompt's value is their mean.",
+            FORM_EVALUATION,
+        ),
+        config="requests_per_prompt",
+        option="requests_per_prompt",
+        bounds=Bounds(1, 64),
+    ),
+    Setting(
+        "eval_seed",
+        0,
+        "a fixed seed: every evaluation sends the same requests, so two evaluations pair prompt for prompt",
+        cli="--seed",
+        flag=Flag(
+            SAMPLING_FLAGS,
+            help="seed of the requests' sampling seeds and of the prompts chosen under --max-prompts-per-category; "
+            "the same seed sends the same requests, which --baseline pairs (default: 0)",
+            metavar="N",
+            type="int",
+        ),
+        form="seed",
+        param=FormParam(
+            "integer",
+            "Seed",
+            "Seed of the requests' sampling seeds (the same seed pairs with a baseline) and of the prompts chosen.",
+            FORM_SAMPLING,
+        ),
+        config="seed",
+        option="seed",
+        bounds=Bounds(0),
+    ),
+    Setting(
+        "label",
+        None,
+        "the draft model path deployment A's /server_info reports",
+        cli="--label",
+        flag=Flag(
+            EVAL_DEPLOYMENT, help="name of deployment A in the report (default: its draft model path)", metavar="NAME"
+        ),
+        form="label",
+        param=FormParam(
+            "string", "Label", "Name of the deployment in the report. Empty: its draft model path.", FORM_EVALUATION
+        ),
+        config="label",
+        option="label",
+    ),
+    Setting(
+        "compare_urls",
+        [],
+        "no comparison",
+        cli="--compare-url",
+        flag=Flag(
+            EVAL_COMPARISON,
+            help="an endpoint of deployment B (another drafter; repeat for replicas): the same requests go to both, "
+            "and the report gives B's results and the paired difference A - B per category",
+            metavar="URL",
+            repeat=True,
+        ),
+        form="compare_urls",
+        param=FormParam(
+            "array",
+            "Compare with endpoints",
+            "Endpoints of a second speculative deployment (another drafter): the same requests go to both, and "
+            "the report gives the paired difference per category.",
+            FORM_EVALUATION,
+            schema=_STRINGS,
+        ),
+        config="compare_urls",
+        option="compare_urls",
+    ),
+    Setting(
+        "compare_label",
+        None,
+        "deployment B's draft model path",
+        cli="--compare-label",
+        flag=Flag(
+            EVAL_COMPARISON, help="name of deployment B in the report (default: its draft model path)", metavar="NAME"
+        ),
+        form="compare_label",
+        param=FormParam(
+            "string", "Compare label", "Name of the second deployment. Empty: its draft model path.", FORM_EVALUATION
+        ),
+        config="compare_label",
+        option="compare_label",
+    ),
+    Setting(
+        "baseline",
+        None,
+        "no comparison",
+        cli="--baseline",
+        flag=Flag(
+            EVAL_COMPARISON,
+            help="an earlier evaluation's JSON (a path or s3:// URI; its records file beside it): the paired "
+            "difference against its per-prompt values, which needs the same prompts, sampling and --seed",
+            metavar="FILE.json",
+        ),
+        form="baseline",
+        param=FormParam(
+            "string",
+            "Baseline",
+            "An earlier evaluation's JSON (under the output root's evaluations/, or an s3:// URI) to compare with, "
+            "prompt for prompt. Empty: none.",
+            FORM_EVALUATION,
+        ),
+        config="baseline",
+        option="baseline",
+    ),
+    Setting(
+        "to",
+        None,
+        "with --output: ROOT/evaluations/eval=<eval id>.json",
+        cli="--to",
+        flag=Flag(
+            EVAL_RESULTS,
+            help="the results' JSON (a path or s3:// URI; the records and the report beside it; default with "
+            "--output: ROOT/evaluations/eval=<eval id>.json)",
+            metavar="FILE.json",
+        ),
+        config="to",
+        option="to",
+        only="the command line's: the DAG writes under the output root",
+    ),
+    Setting(
+        "eval_id",
+        None,
+        "a new UTC timestamp id",
+        cli="--eval-id",
+        flag=Flag(EVAL_RESULTS, help="name of the evaluation (default: a new UTC timestamp id)", metavar="ID"),
+        config="eval_id",
+        option="eval_id",
+        only="Airflow: from the DAG run id",
+    ),
+)
+
+EVALUATE_SETTINGS: tuple[Setting, ...] = (
+    _shared(
+        "output",
+        EVAL_PROMPTS,
+        help="output root (a folder or s3://bucket/prefix): the held-out prompts of its published runs, unless "
+        "--prompts; the results go to its evaluations/",
+        flag_required=False,
+        required=False,
+    ),
+    _shared(
+        "prompts",
+        EVAL_PROMPTS,
+        help="prompt records to evaluate on instead (data contract v1, each with its category); repeatable",
+    ),
+    *EVALUATE_OWN[:3],
+    _shared(
+        "categories",
+        EVAL_PROMPTS,
+        form="categories",
+        param=FormParam(
+            "array",
+            "Categories",
+            "Only these categories (one task each). Empty: every category with held-out prompts.",
+            FORM_EVALUATION,
+            schema=_STRINGS,
+        ),
+    ),
+    _shared("max_reject_rate", EVAL_PROMPTS),
+    _shared(
+        "recipe",
+        EVAL_PROMPTS,
+        help="recipe whose per-category sampling applies, with generation's precedence (its sources are not read)",
+    ),
+    _shared("tokenizer"),
+    _shared("profile"),
+    _shared("trust_remote_code"),
+    _shared(
+        "sglang_urls",
+        EVAL_DEPLOYMENT,
+        help="base URL of a speculative SGLang server or router of deployment A; repeat for replicas",
+        form="sglang_urls",
+        param=FormParam(
+            "array",
+            "Speculative endpoints",
+            "Endpoints of the speculative deployment to evaluate (SGLang with --speculative-algorithm). Empty: the "
+            "SGLang connection's.",
+            FORM_EVALUATION,
+            schema=_STRINGS,
+        ),
+        required=False,
+    ),
+    EVALUATE_OWN[4],
+    _shared("model", EVAL_DEPLOYMENT),
+    _shared("concurrency", EVAL_DEPLOYMENT),
+    _shared(
+        "max_attempts",
+        EVAL_DEPLOYMENT,
+        help="attempts per request for transient failures (503, 429, 408, 5xx, aborts, disconnects, timeouts, lost "
+        "requests) before it counts as failed (default: {default})",
+    ),
+    _shared("request_timeout", EVAL_DEPLOYMENT),
+    _shared("lost_after", EVAL_DEPLOYMENT),
+    _shared(
+        "give_up_after",
+        EVAL_DEPLOYMENT,
+        help="when every endpoint has been failing for S seconds, count the requests left as failed (default: "
+        "{default})",
+    ),
+    _shared("wait_ready", EVAL_DEPLOYMENT),
+    *EVALUATE_OWN[5:8],
+    _shared("max_new_tokens"),
+    _shared("temperature"),
+    _shared("top_p"),
+    _shared("top_k"),
+    EVALUATE_OWN[3],
+    *EVALUATE_OWN[8:],
+    _shared("front_end", option=("front_end", "prompts.front_end")),
+    _shared("sglang_conn_id"),
+    _shared("aws_conn_id"),
+)
+
+
 def setting(name: str) -> Setting:
-    for entry in RUN_SETTINGS:
+    """A setting by name: the run's, else the evaluate command's own (EVALUATE_SETTINGS)."""
+    for entry in (*RUN_SETTINGS, *EVALUATE_OWN):
         if entry.name == name:
             return entry
     raise KeyError(name)
@@ -1571,11 +1910,12 @@ def flag_default(entry: Setting) -> Any:
     return entry.default
 
 
-def from_flags(args: dict[str, Any]) -> dict[str, Any]:
-    """The command line's values as RunConfig fields: every declared flag the parsed arguments have; a flag left
-    unset (None) is left out, so that the field's declared default (or a later layer) applies."""
+def from_flags(args: dict[str, Any], table: tuple[Setting, ...] | None = None) -> dict[str, Any]:
+    """The command line's values as RunConfig fields (or those of another command's `table`'s carrier): every
+    declared flag the parsed arguments have; a flag left unset (None) is left out, so that the field's declared
+    default (or a later layer) applies."""
     values = {}
-    for entry in RUN_SETTINGS:
+    for entry in RUN_SETTINGS if table is None else table:
         if not (entry.cli and entry.config) or flag_dest(entry) not in args:
             continue
         value = args[flag_dest(entry)]
@@ -1584,10 +1924,10 @@ def from_flags(args: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def from_form(params: dict[str, Any]) -> dict[str, Any]:
+def from_form(params: dict[str, Any], table: tuple[Setting, ...] | None = None) -> dict[str, Any]:
     """The Airflow form's params as RunConfig fields (None: the param left empty, a later layer applies)."""
     values = {}
-    for entry in RUN_SETTINGS:
+    for entry in RUN_SETTINGS if table is None else table:
         if not (entry.form and entry.config) or entry.form not in params:
             continue
         value = params[entry.form]
@@ -1598,10 +1938,10 @@ def from_form(params: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def from_connection(extra: dict[str, Any]) -> dict[str, Any]:
+def from_connection(extra: dict[str, Any], table: tuple[Setting, ...] | None = None) -> dict[str, Any]:
     """The SGLang connection's extra (as deployment.Deployment reads it) as RunConfig fields."""
     values = {}
-    for entry in RUN_SETTINGS:
+    for entry in RUN_SETTINGS if table is None else table:
         key = (entry.airflow or "").removeprefix("extra:")
         if entry.airflow and entry.airflow.startswith("extra:") and entry.config and extra.get(key) is not None:
             values[entry.config] = extra[key]
@@ -1624,10 +1964,11 @@ def config_default(entry: Setting) -> Any:
     return entry.default
 
 
-def config_fields() -> list[tuple[str, Any, Any]]:
-    """RunConfig's fields, one per setting with `config`, for dataclasses.make_dataclass."""
+def config_fields(table: tuple[Setting, ...] | None = None) -> list[tuple[str, Any, Any]]:
+    """RunConfig's fields (or another command's carrier's, from its `table`), one per setting with `config`, for
+    dataclasses.make_dataclass."""
     fields = []
-    for entry in RUN_SETTINGS:
+    for entry in RUN_SETTINGS if table is None else table:
         if entry.config:
             default = config_default(entry)
             if isinstance(default, list | dict):
@@ -1644,12 +1985,12 @@ def option_paths(entry: Setting) -> tuple[str, ...]:
     return (entry.option,) if isinstance(entry.option, str) else entry.option
 
 
-def build_options(cls: type, config: Any) -> Any:
+def build_options(cls: type, config: Any, table: tuple[Setting, ...] | None = None) -> Any:
     """`cls` (generation.stage.RunOptions) from a RunConfig: each setting's value put where its `option` says, the
     nested options (TokenizeOptions, SamplingOverrides, RetryPolicy, ...) built the same way; every field that no
     setting feeds keeps its default. Lists and dicts are copied, so the options share nothing with the config."""
     values = {}
-    for entry in RUN_SETTINGS:
+    for entry in RUN_SETTINGS if table is None else table:
         for path in option_paths(entry):
             values[path] = copy.copy(getattr(config, entry.config))
     return _build(cls, values, "")

@@ -9,6 +9,7 @@ Everything in between lives here:
 - `runs`: a DAG run's params and connection as the package's `RunConfig`, run ids, retry policy;
 - `tasks`: the bodies of the category DAG's tasks;
 - `release`: a release across categories (manifest and draft vocabulary over the whole release);
+- `evaluation`: the evaluate DAG's task bodies (a drafter's acceptance per category, eagle_datagen/evaluation);
 - `report_view`: the run's HTML report on the API server (the plugin `plugins/eagle_datagen_report.py`).
 
 `plugins/.airflowignore` keeps Airflow's plugin loader from importing these files as loose modules.

@@ -74,6 +74,7 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
         "min_endpoints": recipe.min_endpoints or settings.MIN_ENDPOINTS,
         "output": output,
         "draft_vocab_size": draft_vocab_size,
+        "heldout_fraction": None,  # empty: the output root's frozen fraction (a value would refuse another root's)
     }
     declared = [entry for entry in settings.RUN_SETTINGS if entry.form and entry.param]
     declared.sort(key=lambda entry: settings.FORM_SECTIONS.index(entry.param.section))  # section by section
@@ -85,6 +86,15 @@ def hand_written_params(recipe: Recipe, category: str) -> dict[str, Param]:
     """The one place for a param written by hand: a setting declared with `form` but without a `FormParam` (none
     today). The per-setting tests still hold it to its declaration (name, default)."""
     return {}
+
+
+def evaluate_params(output: str) -> dict[str, Param]:
+    """The evaluate DAG's form: every evaluate setting with a form param (settings.EVALUATE_SETTINGS), section by
+    section; the sampling params empty, so each category takes the recipe's sampling as its runs do."""
+    shown = {"output": output} | {name: None for name in settings.SAMPLING}
+    declared = [entry for entry in settings.EVALUATE_SETTINGS if entry.form and entry.param]
+    declared.sort(key=lambda entry: settings.EVALUATE_FORM_SECTIONS.index(entry.param.section))
+    return {entry.form: param(entry, shown) for entry in declared}
 
 
 def storage_params(output: str) -> dict[str, Param]:

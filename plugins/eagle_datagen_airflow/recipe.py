@@ -5,7 +5,8 @@ The recipe comes from `EAGLE_DATAGEN_RECIPE` (default: the project's demo recipe
 output root from `EAGLE_DATAGEN_OUTPUT` (default `s3://eagle/datagen`; a trigger may override it), the
 category DAGs' schedule from `EAGLE_DATAGEN_SCHEDULE` (default the nightly `0 3 * * *`; `none` for
 deployments that only trigger and backfill by hand, such as the demo) and the default draft-vocabulary
-size of the forms from `EAGLE_DATAGEN_DRAFT_VOCAB_SIZE` (default 32000, EAGLE-3's usual size).
+size of the forms from `EAGLE_DATAGEN_DRAFT_VOCAB_SIZE` (default 32000, EAGLE-3's usual size); whether the evaluate
+DAG also runs after each release from `EAGLE_DATAGEN_EVALUATE_AFTER_RELEASE`.
 
 Assets are named by data product, `eagle-datagen://<recipe>/<category>` and `eagle-datagen://<recipe>/release`,
 not by storage location: the output root is a per-run param, so each asset event carries the root, run
@@ -42,6 +43,13 @@ def schedule() -> str | None:
     if value.lower() in ("none", "off", "manual"):
         return None
     return value or NIGHTLY
+
+
+def evaluate_after_release() -> bool:
+    """Whether the evaluate DAG runs after every release (`EAGLE_DATAGEN_EVALUATE_AFTER_RELEASE`, default off: it is
+    triggered from the UI), with its form's defaults: the SGLang connection's endpoints (point `sglang_conn_id`'s
+    default at the speculative deployment) and the release's output root."""
+    return os.environ.get("EAGLE_DATAGEN_EVALUATE_AFTER_RELEASE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def default_draft_vocab_size() -> int:

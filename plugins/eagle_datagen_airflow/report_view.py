@@ -1,5 +1,5 @@
 """The run's HTML report in the Airflow UI: a FastAPI app on the API server, shown as a tab of a category
-DAG run (an external view with destination `dag_run`).
+DAG run (an external view with destination `dag_run`), and of an evaluate DAG run (its evaluation's report).
 
 `GET /eagle-datagen/report/{dag_id}/{run_id}` finds the DAG run's output root (its conf, else the
 deployment's default) and pipeline run id, reads the run's manifest and serves the report it lists, after
@@ -60,12 +60,15 @@ def report(dag_id: str, run_id: str) -> HTMLResponse:
     from eagle_datagen.errors import DataGenError
     from eagle_datagen.storage.manifest import manifest_key, parse_manifest
     from eagle_datagen.storage.objects import sha256_hex
+    from eagle_datagen_airflow.evaluation import EVALUATE_DAG_ID
     from eagle_datagen_airflow.runs import run_id_for
 
-    if not dag_id.startswith(CATEGORY_DAG_PREFIX):
-        raise HTTPException(404, f"{dag_id!r} is not an eagle-datagen category DAG: its runs have no report")
+    if not dag_id.startswith(CATEGORY_DAG_PREFIX) and dag_id != EVALUATE_DAG_ID:
+        raise HTTPException(404, f"{dag_id!r} is neither an eagle-datagen category nor the evaluate DAG: no report")
     conf = _dag_run_conf(dag_id, run_id)
     output, aws_conn_id = conf.get("output") or default_output(), conf.get("aws_conn_id") or "aws_default"
+    if dag_id == EVALUATE_DAG_ID:
+        return _evaluation_report(output, aws_conn_id, run_id)
     pipeline_run = run_id_for(dag_id.removeprefix(CATEGORY_DAG_PREFIX), run_id)
     raw = _read(output, aws_conn_id, manifest_key(pipeline_run))
     if raw is None:
@@ -83,4 +86,27 @@ def report(dag_id: str, run_id: str) -> HTMLResponse:
     page = _read(output, aws_conn_id, entry["key"])
     if page is None or sha256_hex(page) != entry["sha256"]:
         raise HTTPException(409, f"{entry['key']} under {output} is missing or differs from the run's manifest")
+    return HTMLResponse(page)
+
+
+def _evaluation_report(output: str, aws_conn_id: str, dag_run_id: str) -> HTMLResponse:
+    """The evaluate DAG run's report: the one its evaluation's JSON lists, after checking its sha256."""
+    import json
+
+    from eagle_datagen.evaluation.place import EVALUATIONS, evaluation_key
+    from eagle_datagen.storage.objects import sha256_hex
+    from eagle_datagen_airflow.evaluation import eval_id_for
+
+    key = evaluation_key(eval_id_for(dag_run_id))
+    raw = _read(output, aws_conn_id, key)
+    if raw is None:
+        raise HTTPException(404, f"no evaluation at {output.rstrip('/')}/{key} (still running, or it failed before)")
+    try:
+        entry = json.loads(raw)["report"]
+        report_key = f"{EVALUATIONS}/{entry['key']}"
+    except (ValueError, KeyError, TypeError):
+        raise HTTPException(409, f"{key} under {output} is not an evaluation's results") from None
+    page = _read(output, aws_conn_id, report_key)
+    if page is None or sha256_hex(page) != entry["sha256"]:
+        raise HTTPException(409, f"{report_key} under {output} is missing or differs from the evaluation's results")
     return HTMLResponse(page)

@@ -23,7 +23,8 @@ def bag():
 
 def test_dag_files_import_without_errors(bag):
     assert bag.import_errors == {}
-    assert sorted(bag.dag_ids) == [f"eagle_datagen__{c}" for c in CATEGORIES] + ["eagle_datagen_release"]
+    expected = [f"eagle_datagen__{c}" for c in CATEGORIES] + ["eagle_datagen_evaluate", "eagle_datagen_release"]
+    assert sorted(bag.dag_ids) == expected
 
 
 def test_each_dag_file_parses_alone_without_connection_lookups(monkeypatch):

@@ -59,6 +59,7 @@ ADDED = [
     ("top_logprobs", pa.list_(pa.float32()), True),
     # contract v1.1: thinking | instant
     ("mode", pa.string(), True),
+    ("heldout", pa.bool_(), True),
 ]
 CONVERSATION_COLUMNS = [name for name, _, _ in ADDED[1:7]]
 LOGPROB_COLUMNS = [name for name, _, _ in ADDED[7:10]]
@@ -85,7 +86,7 @@ def row(i: int, **changes) -> dict:
         "run_id": "run-1",
         "weight_version": "default",
         "cached_tokens": 3,
-    } | dict.fromkeys(CONVERSATION_COLUMNS + LOGPROB_COLUMNS) | {"mode": "thinking"}
+    } | dict.fromkeys(CONVERSATION_COLUMNS + LOGPROB_COLUMNS) | {"mode": "thinking", "heldout": None}
     return base | changes
 
 

@@ -66,11 +66,13 @@ def flag_arguments(entry: settings.Setting) -> dict[str, Any]:
     return kwargs
 
 
-def add_flags(parser: argparse.ArgumentParser, *groups: str) -> dict[str, argparse._ArgumentGroup]:
-    """Every declared flag of these groups, in the table's order, each group titled as declared; returns the
-    groups by title, for a flag written by hand (see cli/run.py)."""
+def add_flags(
+    parser: argparse.ArgumentParser, *groups: str, table: tuple[settings.Setting, ...] | None = None
+) -> dict[str, argparse._ArgumentGroup]:
+    """Every declared flag of these groups, in the table's order (the run's, or another command's `table`), each
+    group titled as declared; returns the groups by title, for a flag written by hand (see cli/run.py)."""
     made: dict[str, argparse._ArgumentGroup] = {}
-    for entry in settings.RUN_SETTINGS:
+    for entry in settings.RUN_SETTINGS if table is None else table:
         if entry.cli and entry.flag and entry.flag.group in groups:
             if entry.flag.group not in made:
                 made[entry.flag.group] = parser.add_argument_group(entry.flag.group)

@@ -3,7 +3,9 @@
 Only files the manifest or release lists are read, each checked against its sha256 before use, so an
 unpublished or altered shard cannot leak into training data. A release drops the rows it lists as
 superseded (a sample id already seen in an earlier listed file, that is in a newer run), as it counted
-them. Shards are read one at a time, a row group at a time, with only the columns the format needs.
+them. Held-out rows (heldout.py) are never exported: those marked `heldout`, and, in rows written before the
+column, those whose prompt the output root's policy holds out; they are counted per category. Shards are read
+one at a time, a row group at a time, with only the columns the format needs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pyarrow.parquet as pq
 
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.export.mix import MODE_COLUMN, with_modes
+from eagle_datagen.heldout import HeldoutPolicy, heldout_rows, read_policy
 from eagle_datagen.stats.draft_vocab import DraftVocab
 from eagle_datagen.storage.local_copy import local_copy
 from eagle_datagen.storage.manifest import manifest_key, read_manifest
@@ -27,6 +30,7 @@ from eagle_datagen.storage.releases import read_release, release_key
 from eagle_datagen.storage.reorder import slices
 
 BATCH_BYTES = 16 * 2**20  # of ids per table handed to export/rows.py
+HELDOUT_COLUMNS = ("heldout", "prompt_id")  # what tells a held-out row (heldout.py)
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ class ExportSource:
     draft_vocab_file: InputFile | None  # the published draft vocabulary, if the run or release has one
     superseded_rows: int = 0  # rows of the exported files that a release does not count
     categories: list[str] = field(default_factory=list)  # those exported; a release reads the others' ids
+    heldout: HeldoutPolicy | None = None  # the output root's held-out policy: its prompts are never exported
+    heldout_rows: dict[str, int] = field(default_factory=dict)  # held-out rows left out, per category (once read)
 
     @property
     def manifest_key(self) -> str:
@@ -77,7 +83,7 @@ class ExportSource:
         seen: set[str] = set()
         for entry in self.files:
             exported = entry.category in self.categories
-            names = wanted if exported else ["sample_id"]
+            names = list(dict.fromkeys([*wanted, *HELDOUT_COLUMNS])) if exported else ["sample_id"]
             schema = pa.schema([SAMPLE_SCHEMA.field(name) for name in names])
             with local_copy(self.root, entry.key) as (path, sha256):
                 self._check(entry, sha256)
@@ -104,8 +110,21 @@ class ExportSource:
                         if not all(keep):
                             table = table.filter(pa.array(keep))
                     if exported and table.num_rows:
+                        table = self._without_heldout(table, entry.category).select(wanted)
+                    if exported and table.num_rows:
                         # training rows take ~36 bytes per token while built: a row group (~33M ids) in slices
                         yield from slices(table, table.num_rows, BATCH_BYTES)
+
+    def _without_heldout(self, table: pa.Table, category: str | None) -> pa.Table:
+        """The rows that are not held out (heldout.heldout_rows), the others counted."""
+        if self.heldout is None and table.column("heldout").null_count == table.num_rows:
+            return table
+        held = heldout_rows(table.column("heldout").to_pylist(), table.column("prompt_id").to_pylist(), self.heldout)
+        left_out = sum(held)
+        if not left_out:
+            return table
+        self.heldout_rows[category or "?"] = self.heldout_rows.get(category or "?", 0) + left_out
+        return table.filter(pa.array([not h for h in held]))
 
     @property
     def exported_files(self) -> list[InputFile]:
@@ -150,6 +169,7 @@ def open_run(root: OutputRoot, run_id: str, categories: list[str] | None = None)
         files=files,
         draft_vocab_file=InputFile(vocab["key"], vocab["sha256"], None, None) if vocab else None,
         categories=sorted({f.category for f in files if f.category is not None}),
+        heldout=read_policy(root),
     )
 
 
@@ -180,4 +200,5 @@ def open_release(root: OutputRoot, release_id: str, categories: list[str] | None
         draft_vocab_file=InputFile(vocab["key"], vocab["sha256"], None, None) if vocab else None,
         superseded_rows=superseded,
         categories=sorted(categories or release["categories"]),
+        heldout=read_policy(root),
     )

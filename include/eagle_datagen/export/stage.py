@@ -392,8 +392,17 @@ def _info(
         "location": where,
         "categories": source.categories,
         "mix": options.mix.to_json(source.categories),
-        "rows": counts.to_json() | {"superseded_rows_skipped": source.superseded_rows},
+        "rows": counts.to_json()
+        | {
+            "superseded_rows_skipped": source.superseded_rows,
+            "heldout_rows_skipped": sum(source.heldout_rows.values()),
+        },
         "rows_by_category": modes.to_json(),
+        # held out for evaluation (heldout.py): never exported, counted per category
+        "heldout": {
+            "fraction": source.heldout.fraction if source.heldout else None,
+            "rows_by_category": dict(sorted(source.heldout_rows.items())),
+        },
         "sequence_length": {"max_seq_len": options.limit.max_len, "overlong": options.limit.overlong},
         "shuffle_seed": options.shuffle_seed,
         "logprobs": options.logprobs,

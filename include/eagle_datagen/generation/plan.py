@@ -39,6 +39,8 @@ PLAN_SCHEMA = pa.schema(
         # the mode the prompt was rendered in and is generated in (modes.py); a plan written before modes has
         # none: thinking
         ("mode", pa.string()),
+        # held out of every export (heldout.py); plans written before the column read it as absent
+        ("heldout", pa.bool_()),
     ]
 )
 
@@ -83,6 +85,7 @@ class RunPlan:
     categories: dict[str, CategorySettings]
     shards: list[ShardInfo]
     provenance: dict[str, Any]  # tokenizer and template hashes
+    heldout: dict[str, Any] | None = None  # the output root's held-out policy when the plan was made (heldout.py)
 
     @property
     def total_samples(self) -> int:
@@ -96,6 +99,7 @@ class RunPlan:
             "categories": {c: asdict(s) for c, s in self.categories.items()},
             "shards": [asdict(s) for s in self.shards],
             "provenance": self.provenance,
+            "heldout": self.heldout,
         }
 
     @classmethod
@@ -107,6 +111,7 @@ class RunPlan:
             categories={c: CategorySettings(**s) for c, s in raw["categories"].items()},
             shards=[ShardInfo(**s) for s in raw["shards"]],
             provenance=raw["provenance"],
+            heldout=raw.get("heldout"),
         )
 
     def settings_key(self) -> dict[str, Any]:
@@ -189,6 +194,7 @@ def write_plan(root: OutputRoot, plan: RunPlan, shard_prompts: list[list[Planned
                     for p, _ in prompts
                 ],
                 "mode": [p.record.mode for p, _ in prompts],
+                "heldout": [None] * len(prompts),
             },
             schema=PLAN_SCHEMA,
         )

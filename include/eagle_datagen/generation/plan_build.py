@@ -7,6 +7,7 @@ prompt (17 bytes a sample, 4 its length: no Python object per prompt), and one s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from eagle_datagen.generation.plan import (
     shard_key,
 )
 from eagle_datagen.generation.plan_order import family_order
+from eagle_datagen.heldout import HeldoutPolicy, is_heldout
 from eagle_datagen.inference.samples import sample_id_digests, sample_id_tail
 from eagle_datagen.modes import sample_modes
 from eagle_datagen.records import PromptRecord
@@ -54,9 +56,11 @@ def source_and_plan(
     settings_for: SettingsFor,
     choose: Choose,
     skip: Callable[[PromptRecord], bool] | None = None,
+    heldout: HeldoutPolicy | None = None,
 ) -> RunPlan:
     """Source, tokenize, choose (`choose`: the claims) and write the plan of `run_id`; `settings_for` gives the
-    sampling of each category, `skip` leaves records out before they are tokenized."""
+    sampling of each category, `skip` leaves records out before they are tokenized; `heldout` marks the prompts
+    the output root holds out of every export."""
 
     def conversations(categories: list[str]) -> set[str]:
         return {c for c, s in settings_for(categories).items() if s.turns == "each"}
@@ -92,9 +96,9 @@ def source_and_plan(
         planned = [planned_category(spool, category, settings[category], model) for category in spool.categories]
         chosen = choose(planned, settings)
         del planned
-        plan = write_spooled_plan(
-            root, RunPlan(run_id, model, setup.profile.name, settings, [], provenance), spool, chosen, shard_size
-        )
+        policy = heldout.to_json() if heldout is not None else None
+        empty = RunPlan(run_id, model, setup.profile.name, settings, [], provenance, policy)
+        plan = write_spooled_plan(root, empty, spool, chosen, shard_size)
     log.info("run %s: planned %d samples in %d shards", run_id, plan.total_samples, len(plan.shards))
     return plan
 
@@ -144,6 +148,9 @@ def write_spooled_plan(
             )
             table = spool.take(category, members)
             info = ShardInfo(len(shards), category, len(members), int(counts.sum()))
+            fraction = plan.heldout["fraction"] if plan.heldout else None
+            keys = table.column("heldout_key").to_pylist()
+            heldout = pa.array([None] * len(keys) if fraction is None else [is_heldout(k, fraction) for k in keys])
             shard = pa.table(
                 {
                     "record_id": table.column("record_id"),
@@ -155,12 +162,13 @@ def write_spooled_plan(
                     if keep_conversation
                     else pa.nulls(len(members), pa.string()),
                     "mode": table.column("mode"),
+                    "heldout": heldout.cast(pa.bool_()),
                 },
                 schema=PLAN_SCHEMA,
             )
             root.write_bytes(shard_key(plan.run_id, info.index), parquet_bytes(shard))
             shards.append(info)
-    plan = RunPlan(plan.run_id, plan.model, plan.profile, plan.categories, shards, plan.provenance)
+    plan = dataclasses.replace(plan, shards=shards)
     root.write_bytes(plan_key(plan.run_id), json.dumps(plan.to_json(), indent=1).encode())
     return plan
 

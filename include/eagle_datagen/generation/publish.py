@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from eagle_datagen import settings
 from eagle_datagen.errors import DataGenError
@@ -190,6 +191,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
     files: list[ManifestFile] = []
     reasons: Counter[str] = Counter()
     by_category: dict[str, Counter[str]] = {}
+    heldout: dict[str, Counter[str]] = {}  # held-out rows (heldout.py) per category and kind
     tokens = TokenCounter(profile.vocab_size)
     committed = _committed_keys(root, plan)
     missing = [
@@ -213,6 +215,8 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
                     rows += table.num_rows
                     if kind == "quarantine":
                         reasons.update(table.column("reject_reason").to_pylist())
+                    if "heldout" in table.column_names:
+                        heldout.setdefault(category, Counter())[kind] += pc.sum(table.column("heldout")).as_py() or 0
                     yield table
                 stored = StoredObject(key, sha256, path.stat().st_size)
             entries[key] = ManifestFile.of(stored, kind, rows=rows, category=category)  # type: ignore[arg-type]
@@ -318,6 +322,13 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             },
         },
         files=files,
+        heldout={
+            "policy": plan.heldout,
+            "by_category": {
+                c: {kind: heldout.get(c, Counter())[kind] for kind in ("data", "quarantine")}
+                for c in sorted(by_category)
+            },
+        },
         validation={
             "max_rates": options.thresholds.rates(),
             "min_samples": options.thresholds.min_samples,

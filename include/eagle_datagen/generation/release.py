@@ -4,8 +4,9 @@ Incremental runs publish only what is new, so a category's data is the union of 
 not its latest run. A release takes, per category, every run under the output root of the newest
 run's model and weight version (newest first), checks each data file against its manifest's sha256,
 and counts each sample once: a sample id seen in a newer run (a forced regeneration) supersedes the
-older rows, which the release lists as `superseded_rows` for trainers to skip. The draft vocabulary
-is built over the trained tokens of the whole release.
+older rows, which the release lists as `superseded_rows` for trainers to skip. Held-out rows (heldout.py)
+are counted (`heldout_rows`) and never trained on: the draft vocabulary is built over the trained tokens of
+the whole release, held-out rows left out.
 
 The run's last step, for every front end: the release DAG's assemble_release task and `eagle-datagen release`.
 Written under the output root: `releases/release=<id>.draft_vocab.safetensors`, then
@@ -18,8 +19,10 @@ import json
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from eagle_datagen.errors import ConfigError, DataGenError
+from eagle_datagen.heldout import heldout_rows, read_policy
 from eagle_datagen.profile import load_profile
 from eagle_datagen.stats.draft_vocab import build_draft_vocab
 from eagle_datagen.stats.statistics import TokenCounter
@@ -32,6 +35,13 @@ from eagle_datagen.storage.releases import release_key
 
 def _data_files(manifest: dict[str, Any], category: str) -> list[dict[str, Any]]:
     return [f for f in manifest["files"] if f["kind"] == "data" and f.get("category") == category]
+
+
+def _heldout_marks(data: bytes, rows: int) -> list[bool | None]:
+    """A data file's `heldout` column (heldout.py); nulls for a file written before it."""
+    if "heldout" not in pq.read_schema(pa.BufferReader(data)).names:
+        return [None] * rows
+    return read_parquet_bytes(data, columns=["heldout"]).column("heldout").to_pylist()
 
 
 def published_categories(root: OutputRoot) -> list[str]:
@@ -51,6 +61,7 @@ def assemble_release(
         raise DataGenError(f"no published run under {root.uri} has data for {categories}: nothing to release")
     model, weight_version = newest["model"], newest.get("weight_version")
     tokens = TokenCounter(load_profile(newest["profile"]).vocab_size)
+    policy = read_policy(root)
     seen: set[str] = set()
     included: dict[str, dict[str, Any]] = {}
     per_category: dict[str, Any] = {}
@@ -62,7 +73,7 @@ def assemble_release(
         ]
         if not runs:
             continue
-        files, samples, superseded, trained = [], 0, 0, 0
+        files, samples, superseded, trained, heldout = [], 0, 0, 0, 0
         for manifest in runs:
             included[manifest["run_id"]] = manifest
             for entry in _data_files(manifest, category):
@@ -71,12 +82,15 @@ def assemble_release(
                     raise DataGenError(
                         f"{root.location(entry['key'])} differs from run {manifest['run_id']}'s manifest"
                     )
-                table = read_parquet_bytes(data, columns=["sample_id", "output_ids"])
+                table = read_parquet_bytes(data, columns=["sample_id", "prompt_id", "output_ids"])
                 ids = table.column("sample_id").to_pylist()
                 keep = [sample_id not in seen for sample_id in ids]
                 seen.update(ids)
                 kept = sum(keep)
-                trained += tokens.add(table.filter(pa.array(keep)))
+                held = heldout_rows(_heldout_marks(data, len(ids)), table.column("prompt_id").to_pylist(), policy)
+                trains = [k and not h for k, h in zip(keep, held, strict=True)]  # held-out rows are never trained on
+                heldout += sum(k and h for k, h in zip(keep, held, strict=True))
+                trained += tokens.add(table.filter(pa.array(trains)))
                 samples += kept
                 superseded += len(ids) - kept
                 files.append(
@@ -93,6 +107,7 @@ def assemble_release(
             "runs": [m["run_id"] for m in runs],
             "samples": samples,
             "superseded_rows": superseded,
+            "heldout_rows": heldout,  # counted in samples, never exported (heldout.py)
             "trained_tokens": trained,
             "files": files,
         }
@@ -126,8 +141,10 @@ def assemble_release(
         "counts": {
             "samples": sum(c["samples"] for c in per_category.values()),
             "superseded_rows": sum(c["superseded_rows"] for c in per_category.values()),
+            "heldout_rows": sum(c["heldout_rows"] for c in per_category.values()),
             "trained_tokens": tokens.total,
         },
+        "heldout": policy.to_json() if policy is not None else None,
         "draft_vocab": {
             "key": vocab_key,
             "sha256": sha256_hex(vocab),

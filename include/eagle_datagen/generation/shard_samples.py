@@ -17,6 +17,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
+
 from eagle_datagen.conversation.driver import soft_targets, validation_row
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.generation.checkpoint import checkpoint_rows, drop_damaged_indexes, load_checkpoint_index
@@ -68,6 +70,7 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
     table = read_parquet_bytes(root.read_bytes(shard_key(plan.run_id, index)))
     names = [n for n in ("prompt_id", "record_id", "category", "sample_indices", "mode") if n in table.column_names]
     small = table.select(names).to_pylist()  # a plan written before modes has no mode: thinking
+    heldout = _heldout_column(table)
     prompt_ids = table.column("prompt_ids")
     requests: dict[str, tuple[int, SampleRequest, int]] = {}  # sample_id -> (place, request, plan row)
     for row_index, row in enumerate(small):
@@ -119,6 +122,7 @@ def _single_turn(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed
                 "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
                 "error": saved["error"],
                 "mode": request.mode,
+                "heldout": heldout[row_index],
             }
             | soft_targets(settings.top_logprobs, meta),
         )
@@ -142,8 +146,17 @@ def _step_place(ordinal: int, turn: int, seen: int) -> int:
     return (ordinal << (_TURN_BITS + _SEEN_BITS)) | (turn << _SEEN_BITS) | seen
 
 
+def _heldout_column(table: pa.Table) -> list[bool | None]:
+    """The plan rows' held-out marks (heldout.py); None for a plan written before the column."""
+    if "heldout" not in table.column_names:
+        return [None] * table.num_rows
+    return table.column("heldout").to_pylist()
+
+
 def _conversations(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Placed]:
     jobs = {job.conversation_id: (ordinal, job) for ordinal, job in enumerate(shard_conversations(root, plan, index))}
+    planned = read_parquet_bytes(root.read_bytes(shard_key(plan.run_id, index)))
+    heldout = dict(zip(planned.column("prompt_id").to_pylist(), _heldout_column(planned), strict=True))
     last: dict[str, tuple[int, int, bool]] = {}  # conversation -> (turn, seen, ended) of its last step
     for seen, saved in enumerate(checkpoint_rows(root, plan.run_id, index)):
         step = saved.get("conversation")
@@ -171,6 +184,7 @@ def _conversations(root: OutputRoot, plan: RunPlan, index: int) -> Iterator[Plac
                 "weight_version": meta.get("weight_version"),
                 "cached_tokens": _int_or_none(meta.get("cached_tokens")),
                 "finish_detail": json.dumps(finish, sort_keys=True) if finish else None,
+                "heldout": heldout.get(job.prompt_id),
             }
             | step,
         )

@@ -54,6 +54,7 @@ from eagle_datagen.generation.plan_build import source_and_plan
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions
 from eagle_datagen.generation.screen import AnswerScreen
+from eagle_datagen.heldout import freeze_policy
 from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, prompt_groups, spaced_samples
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
@@ -131,6 +132,7 @@ class RunOptions:
     preflight_wait_s: float = settings.WAIT_READY_S
     front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
     min_endpoints: int | str | None = None  # endpoints that must pass preflight, a count or a share ("50%")
+    heldout_fraction: float | None = None  # None: the output root's frozen fraction (heldout.py), else the default
 
     @property
     def claim(self) -> bool:
@@ -169,6 +171,11 @@ class RunSummary:
         missing += self.incomplete
         what = "; ".join(missing) or "no manifest was written"
         return f"run {self.run_id} is not published: {what}: {settings.resume_hint('cli', self.run_id)} to finish it"
+
+
+def endpoint_window(max_running_requests: int | None, concurrency: int | None = None) -> int:
+    """Requests in flight at one endpoint: `concurrency` when given, else WINDOW_PER_SLOT x its slots."""
+    return concurrency or math.ceil(WINDOW_PER_SLOT * (max_running_requests or DEFAULT_WINDOW))
 
 
 def new_run_id() -> str:
@@ -404,10 +411,7 @@ async def generate_pending(
     to_do = sum(plan.shards[index].samples for index in single) - sum(len(ids) for ids in done.values())
     to_do += len(conversations)
     resumed = sum(plan.shards[index].samples for index in shard_indices) - to_do
-    endpoints = [
-        Endpoint(s.url, options.concurrency or math.ceil(WINDOW_PER_SLOT * (s.max_running_requests or DEFAULT_WINDOW)))
-        for s in servers
-    ]
+    endpoints = [Endpoint(s.url, endpoint_window(s.max_running_requests, options.concurrency)) for s in servers]
     profile = load_profile(plan.profile)
     journal = EndpointJournal(root, plan.run_id)
     screen = AnswerScreen(
@@ -530,6 +534,7 @@ def prepare_plan(
         log.info("run %s: continuing the existing plan (%d shards)", run_id, len(existing.shards))
         return existing
     model = options.model or setup.profile.model
+    heldout = freeze_policy(root, options.heldout_fraction, run_id, options.front_end)
 
     def settings_for(categories: list[str]) -> dict[str, CategorySettings]:
         return category_settings(categories, setup.recipe, setup.profile, options.sampling, setup.seed)
@@ -570,4 +575,5 @@ def prepare_plan(
         settings_for=settings_for,
         choose=choose,
         skip=skip,
+        heldout=heldout,
     )

@@ -56,6 +56,7 @@ from eagle_datagen.generation.stage import (
     resolve_thresholds,
 )
 from eagle_datagen.generation.takeover import check_claim_stands
+from eagle_datagen.heldout import check_policy
 from eagle_datagen.inference.preflight import ServerInfo
 from eagle_datagen.inference.tokenizer_agreement import agreement_check
 from eagle_datagen.profile import load_profile
@@ -193,6 +194,7 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
         raise ConfigError("give at least one " + settings.named("sglang_urls", options.front_end))
     setup = ctx.setup()
     existing = ctx.plan()
+    check_policy(ctx.root(), options.heldout_fraction, options.front_end)  # another fraction: refused before the canary
     if existing is None:  # missing sources fail before the canary; a rerun works from its plan, needs none
         setup.resolved_sources = resolve_sources(setup.plans, setup.recipe.base_dir if setup.recipe else None)
         check_modes(setup, options)  # a mode the profile or the chat template lacks fails here too
@@ -240,7 +242,7 @@ def plan_step(
             list(plan.categories), setup.recipe, setup.profile, ctx.options.sampling, setup.seed
         )
         model = ctx.options.model or setup.profile.model
-        wanted = RunPlan(plan.run_id, model, plan.profile, sampling, plan.shards, plan.provenance)
+        wanted = dataclasses.replace(plan, model=model, categories=sampling)
         check_plan_matches(plan, wanted, ctx.options.front_end)
     ctx._plan = plan
     return {

@@ -171,6 +171,12 @@ async def _get_json(session: aiohttp.ClientSession, url: str, path: str, fallbac
     return answer
 
 
+async def get_server_info(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    """The server's `/server_info` (`/get_server_info` on older servers), transient failures retried; ConfigError
+    (one line) when it cannot be read."""
+    return await _get_json(session, url, "/server_info", fallback="/get_server_info")
+
+
 async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float, front_end: str = "cli") -> None:
     deadline = time.monotonic() + wait_s
     while True:
@@ -316,7 +322,7 @@ async def preflight_endpoint(
             f"SGLang at {url} serves {served!r}, but this run is for {expected_model!r}: "
             + (", ".join(fixes[:-1]) + ", or " + fixes[-1])
         )
-    server_info = await _get_json(session, url, "/server_info", fallback="/get_server_info")
+    server_info = await get_server_info(session, url)
     check_not_watermarking(url, server_info)
     version = server_info.get("version")
     warnings = []

@@ -71,6 +71,8 @@ class Manifest:
     files: list[ManifestFile] = field(default_factory=list)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     validation: dict[str, Any] = field(default_factory=dict)  # the thresholds and breaker settings used
+    # the output root's held-out policy (heldout.py) and the held-out rows per category and kind
+    heldout: dict[str, Any] = field(default_factory=dict)
 
     @property
     def weight_version(self) -> str | None:
@@ -90,6 +92,7 @@ class Manifest:
             "sampling": self.sampling,
             "counts": self.counts,
             "validation": self.validation,
+            "heldout": self.heldout,
             "files": [f.to_json() for f in self.files],
         }
 

@@ -43,8 +43,8 @@ import pyarrow.parquet as pq
 
 CONTRACT_KEY = "eagle_datagen.contract"
 CONTRACT_VERSION = "1"
-# v1.1 added `mode` and the soft targets. Readers check only the major version (an added column changes nothing
-# they read).
+# v1.1 added `mode`, the soft targets and `heldout`. Readers check only the major version (an added column
+# changes nothing they read).
 CONTRACT_MINOR_KEY = "eagle_datagen.contract_minor"
 CONTRACT_MINOR = "1"
 SCHEMA_METADATA = {CONTRACT_KEY: CONTRACT_VERSION, CONTRACT_MINOR_KEY: CONTRACT_MINOR}
@@ -93,6 +93,8 @@ _ADDED_FIELDS = [
     # v1.1: thinking | instant (modes.py), the mode the prompt was rendered and the answer generated in; a shard of
     # v1.0 decodes with thinking
     pa.field("mode", pa.string()),
+    # held out of every export for evaluation (heldout.py); null: written before the output root had a policy
+    pa.field("heldout", pa.bool_()),
 ]
 SAMPLE_SCHEMA = _schema(_SAMPLE_FIELDS + _ADDED_FIELDS)
 QUARANTINE_SCHEMA = _schema(

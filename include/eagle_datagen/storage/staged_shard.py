@@ -41,6 +41,7 @@ class _ArrowSize:
     def __init__(self) -> None:
         self.value_bytes = 0
         self.levels: dict[tuple[str, int], list[int]] = {}  # (column, depth) -> [length, nulls]
+        self.bits: dict[str, int] = {}  # boolean columns: their values are a bitmap too, over all the rows
 
     def add(self, table: pa.Table) -> None:
         for name, column in zip(table.column_names, table.columns, strict=True):
@@ -53,13 +54,17 @@ class _ArrowSize:
                     level = self.levels.setdefault((name, depth), [0, 0])
                     level[0] += len(array)
                     level[1] += array.null_count
+                    if pa.types.is_boolean(array.type):
+                        self.value_bytes -= _bitmap(len(array))
+                        self.bits[name] = self.bits.get(name, 0) + len(array)
                     if not pa.types.is_list(array.type):
                         break
                     depth, array = depth + 1, array.values
 
     @property
     def nbytes(self) -> int:
-        return self.value_bytes + sum(_bitmap(length) for length, nulls in self.levels.values() if nulls)
+        bitmaps = sum(_bitmap(length) for length, nulls in self.levels.values() if nulls)
+        return self.value_bytes + bitmaps + sum(_bitmap(length) for length in self.bits.values())
 
 
 class StagedShard:

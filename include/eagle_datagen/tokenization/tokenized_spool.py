@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from eagle_datagen.heldout import record_key
 from eagle_datagen.tokenization.tokenize import TokenizedPrompt
 
 SPOOL_SCHEMA = pa.schema(
@@ -29,6 +30,7 @@ SPOOL_SCHEMA = pa.schema(
         ("prompt_ids", pa.list_(pa.int32())),
         ("conversation", pa.string()),  # {"messages", "tools"} for categories that keep it (turns: each)
         ("mode", pa.string()),  # the mode the prompt was rendered in (modes.py)
+        ("heldout_key", pa.string()),  # the prompt id of its first prompt (heldout.py)
     ]
 )
 FLUSH_ROWS = 1024
@@ -103,6 +105,7 @@ class TokenizedSpool:
                         pa.string(),
                     ),
                     pa.array([p.record.mode for p in rows], pa.string()),
+                    pa.array([record_key(p.record) for p in rows], pa.string()),
                 ],
                 schema=SPOOL_SCHEMA,
             )

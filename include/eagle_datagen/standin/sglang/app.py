@@ -13,6 +13,7 @@ from eagle_datagen.standin.sglang.config import FaultRates
 from eagle_datagen.standin.sglang.generate import handle_generate
 from eagle_datagen.standin.sglang.loads import loads_body
 from eagle_datagen.standin.sglang.metrics import render_metrics
+from eagle_datagen.standin.sglang.speculative import NOT_SPECULATIVE
 from eagle_datagen.standin.sglang.state import STATE_KEY, SimState
 from eagle_datagen.standin.sglang.tokenize_route import handle_detokenize, handle_tokenize
 
@@ -111,6 +112,7 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "sampling_defaults": "model",
         "random_seed": 0,
         "enable_custom_logit_processor": False,
+        **(cfg.speculative.server_info() if cfg.speculative is not None else NOT_SPECULATIVE),
         "max_req_input_len": cfg.context_length - 1,
         "internal_states": [{"last_gen_throughput": 0.0}],
         "version": cfg.version,

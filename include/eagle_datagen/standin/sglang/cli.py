@@ -14,6 +14,7 @@ import sys
 
 from eagle_datagen.standin.sglang.config import PROFILES, FaultRates, SimConfig
 from eagle_datagen.standin.sglang.runner import start_sim_server
+from eagle_datagen.standin.sglang.speculative import SpeculativeConfig
 
 FAULT_FLAGS = {
     "error_503": "answer 503 'The request queue is full.' (SGLang's overload answer)",
@@ -139,6 +140,43 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"vocabulary size; larger prompt ids get 400 (default: {d.vocab_size})",
     )
 
+    spec = parser.add_argument_group(
+        "speculative decoding (a server with a drafter: /server_info says so, every answer carries known metrics)"
+    )
+    spec.add_argument(
+        "--speculative-algorithm",
+        metavar="NAME",
+        help="report a drafter of this algorithm (EAGLE3, as SGLang's flag) and add SGLang's per-request spec_* "
+        "metrics to every finished answer's meta_info, drawn from --speculative-accept-rate (default: no drafter)",
+    )
+    spec.add_argument(
+        "--speculative-draft-model-path",
+        default=SpeculativeConfig.draft_model_path,
+        metavar="PATH",
+        help=f"draft model path to report (default: {SpeculativeConfig.draft_model_path})",
+    )
+    for name, help_text in (
+        ("num_steps", "draft steps per verify step"),
+        ("eagle_topk", "branching of the draft tree"),
+        ("num_draft_tokens", "tokens verified per step, the bonus included"),
+    ):
+        default = getattr(SpeculativeConfig, name)
+        spec.add_argument(
+            "--speculative-" + name.replace("_", "-"),
+            type=positive_int,
+            default=default,
+            metavar="N",
+            help=f"{help_text}, as SGLang's flag (default: {default})",
+        )
+    spec.add_argument(
+        "--speculative-accept-rate",
+        type=_rate,
+        default=SpeculativeConfig.accept_rate,
+        metavar="P",
+        help="the stand-in's own: probability that a draft token is accepted after an accepted one; each "
+        f"request's draws are seeded by its sampling_seed (default: {SpeculativeConfig.accept_rate})",
+    )
+
     speed = parser.add_argument_group("capacity and speed")
     speed.add_argument(
         "--profile",
@@ -249,6 +287,16 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         version=args.version,
         enable_deterministic_inference=args.enable_deterministic_inference,
         enable_watermark=args.enable_watermark,
+        speculative=SpeculativeConfig(
+            algorithm=args.speculative_algorithm,
+            draft_model_path=args.speculative_draft_model_path,
+            num_steps=args.speculative_num_steps,
+            eagle_topk=args.speculative_eagle_topk,
+            num_draft_tokens=args.speculative_num_draft_tokens,
+            accept_rate=args.speculative_accept_rate,
+        )
+        if args.speculative_algorithm
+        else None,
         context_length=args.context_length,
         vocab_size=args.vocab_size,
         max_running_requests=args.max_running_requests,

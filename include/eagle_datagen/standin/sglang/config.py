@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle_datagen.standin.sglang.speculative import SpeculativeConfig
+
 
 @dataclass
 class FaultRates:
@@ -70,6 +72,9 @@ class SimConfig:
     enable_deterministic_inference: bool = False
     # SGLang's --enable-watermark (0.5.23): /server_info reports it; the stand-in's outputs are never watermarked
     enable_watermark: bool = False
+    # a drafter (SGLang's --speculative-algorithm ...): /server_info reports it and every finished request's
+    # meta_info carries known acceptance metrics (speculative.py); None: a server without a drafter
+    speculative: SpeculativeConfig | None = None
     # the model's token facts
     context_length: int = 262144
     vocab_size: int = 163840
@@ -111,6 +116,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if isinstance(self.faults, dict):
             self.faults = FaultRates.from_dict(self.faults)
+        if isinstance(self.speculative, dict):
+            self.speculative = SpeculativeConfig(**self.speculative)
         problems = []
         for name in ("context_length", "vocab_size", "ordinary_vocab", "max_running_requests", "stream_interval"):
             if getattr(self, name) < 1:

@@ -43,6 +43,7 @@ from eagle_datagen.standin.sglang.protocol import (
     parse_generate,
     response_object,
 )
+from eagle_datagen.standin.sglang.speculative import spec_metrics
 from eagle_datagen.standin.sglang.state import STATE_KEY, SimState
 from eagle_datagen.standin.sglang.tool_calls import tool_call_tail
 
@@ -241,6 +242,8 @@ async def run_item(
             text = (lambda i: state.text([i], False)) if state.codec is not None else None
             short = faults.logprobs_shape and finish is not None
             answer["meta_info"] |= logprob_fields(state.outputs, output_ids, item.logprobs, seed, short, text)
+        if finish is not None and cfg.speculative is not None:  # a finished request of a server with a drafter
+            answer["meta_info"].update(spec_metrics(cfg.speculative, sampling.sampling_seed, completion_tokens))
         return answer
 
     if faults.abort:

@@ -1,0 +1,285 @@
+"""An evaluation: three steps with one contract, for the command line and the evaluate DAG (as generation/steps.py
+is for a run).
+
+    prepared = prepare_step(config)                 # tokenizer, prompt set, sampling, every endpoint checked
+    measure_step(config, prepared, categories)      # the requests of these categories to every deployment
+    finish_step(config, prepared)                   # the numbers, the records file, the report, the JSON last
+
+`evaluate_all` (the command line) runs them in one process, every category in one pool; the DAG runs
+`measure_step` once per category, mapped, on any worker. The steps take and return plain JSON and work from what the
+earlier ones stored (EvaluationPlace: the prompt set, each category's records), so a retried task measures its
+category again and `finish_step` only reads. Nothing is sent before every endpoint has passed its checks, and a
+baseline that cannot pair is refused before that too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from eagle_datagen.errors import ConfigError, DataGenError
+from eagle_datagen.evaluation import aggregate
+from eagle_datagen.evaluation.options import SCHEMA, EvaluateConfig, EvaluateOptions
+from eagle_datagen.evaluation.place import EvaluationPlace, check_eval_id, place_for
+from eagle_datagen.evaluation.prompts import choose, heldout_prompts, prompts_of, prompts_table, source_prompts
+from eagle_datagen.evaluation.records import RECORD_SCHEMA, read_records, records_bytes, records_table
+from eagle_datagen.evaluation.report import render_evaluation
+from eagle_datagen.evaluation.requests import Side, send
+from eagle_datagen.evaluation.results import Baseline, check_pairs_with, deployment_json, load_baseline
+from eagle_datagen.evaluation.servers import SpeculativeServer, check_deployment
+from eagle_datagen.generation.plan import parquet_bytes
+from eagle_datagen.generation.stage import category_settings, new_run_id
+from eagle_datagen.heldout import read_policy
+from eagle_datagen.profile import load_profile
+from eagle_datagen.sources.recipe import load_recipe
+from eagle_datagen.storage.manifest import list_manifests
+from eagle_datagen.storage.objects import put_once
+from eagle_datagen.storage.output_root import LocalOutputRoot, open_output_root
+from eagle_datagen.storage.parquet import read_parquet_bytes
+from eagle_datagen.tokenization.loader import load_tokenizer
+from eagle_datagen.tokenization.provenance import check_same_tokenizer
+from eagle_datagen.tokenization.stage import setup_tokenize
+
+log = logging.getLogger(__name__)
+
+
+def _options(config: EvaluateConfig | dict[str, Any]) -> EvaluateOptions:
+    config = config if isinstance(config, EvaluateConfig) else EvaluateConfig.from_dict(config)
+    options = config.options()
+    return replace(options, eval_id=check_eval_id(options.eval_id or new_run_id()))
+
+
+def _place(options: EvaluateOptions) -> EvaluationPlace:
+    return place_for(options.prompts.output, options.to, options.eval_id)
+
+
+def _prompt_set(options: EvaluateOptions, place: EvaluationPlace, tokenizer: Any) -> tuple[list, dict[str, Any]]:
+    """The prompts (before the cap per category) and where they came from."""
+    wanted = options.prompts.categories
+    if options.prompts.prompts:
+        prompt_options = replace(options.prompts, recipe=None, output=options.prompts.output or place.root.uri)
+        setup = setup_tokenize(prompt_options)
+        prompts = source_prompts(setup, place.root, place.rejects_key)
+        return prompts, {"source": "prompts", "sources": list(options.prompts.prompts)}
+    if not options.prompts.output:
+        raise ConfigError("give --output ROOT (its held-out prompts) or --prompts SRC: the prompts to evaluate on")
+    root = open_output_root(options.prompts.output)
+    for manifest in list_manifests(root):  # the stored ids were made by this tokenizer, or the prompts differ
+        if not options.runs or manifest["run_id"] in options.runs:
+            check_same_tokenizer(
+                manifest["run_id"], manifest["provenance"], tokenizer.provenance(), "published run", options.front_end
+            )
+    prompts = heldout_prompts(root, options.runs, wanted)
+    policy = read_policy(root)
+    return prompts, {
+        "source": "heldout",
+        "output": root.uri,
+        "runs": sorted({p.run_id for p in prompts if p.run_id}),
+        "heldout_fraction": policy.fraction if policy else None,
+    }
+
+
+def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
+    """Check the configuration and every endpoint, choose and store the prompt set; returns what the later steps
+    need (the eval id, the categories, the deployments' facts, the sampling per category)."""
+    options = _options(config)
+    place = _place(options)
+    if place.json_key in place.root.list(place.json_key):
+        raise ConfigError(f"evaluation {options.eval_id} exists at {place.location(place.json_key)}: give another id")
+    profile = load_profile(options.prompts.profile)
+    loaded = load_tokenizer(
+        options.prompts.tokenizer, profile, options.prompts.trust_remote_code, front_end=options.front_end
+    )
+    prompts, origin = _prompt_set(options, place, loaded)
+    prompts = choose(prompts, options.max_prompts_per_category, options.seed)
+    categories = sorted({p.category for p in prompts})
+    recipe = load_recipe(options.prompts.recipe) if options.prompts.recipe else None
+    chosen = category_settings(categories, recipe, profile.sampling, options.sampling)
+    sampling = {c: s.sampling for c, s in chosen.items()}
+    baseline = load_baseline(options.baseline) if options.baseline else None
+    if baseline is not None:
+        check_pairs_with(baseline, sampling, options.seed, options.requests_per_prompt, options.front_end)
+    model = options.model or profile.model
+
+    async def deployments() -> tuple[list[SpeculativeServer], list[SpeculativeServer]]:
+        wait = options.preflight_wait_s
+        a = await check_deployment(options.sglang_urls, profile, model, loaded.tokenizer, wait, options.front_end)
+        b = []
+        if options.compare_urls:
+            b = await check_deployment(options.compare_urls, profile, model, loaded.tokenizer, wait, options.front_end)
+        return a, b
+
+    if not options.sglang_urls:
+        raise ConfigError("give at least one --sglang-url: the speculative deployment to evaluate")
+    servers_a, servers_b = asyncio.run(deployments())
+    place.root.write_bytes(place.prompts_key, parquet_bytes(prompts_table(prompts)))
+    per_category = {c: sum(1 for p in prompts if p.category == c) for c in categories}
+    prepared = {
+        "eval_id": options.eval_id,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "location": place.location(place.json_key),
+        "categories": categories,
+        "model": model,
+        "profile": profile.name,
+        "tokenizer": loaded.provenance(),
+        "prompts": origin
+        | {"per_category": per_category, "max_prompts_per_category": options.max_prompts_per_category},
+        "sampling": sampling,
+        "deployments": {
+            "A": deployment_json(options.label or servers_a[0].draft_model, [s.to_json() for s in servers_a]),
+            **(
+                {
+                    "B": deployment_json(
+                        options.compare_label or servers_b[0].draft_model, [s.to_json() for s in servers_b]
+                    )
+                }
+                if servers_b
+                else {}
+            ),
+        },
+    }
+    place.root.write_bytes(place.prepared_key, json.dumps(prepared, indent=1).encode())
+    log.info(
+        "evaluation %s: %d prompts in %d categories, deployment A %s%s",
+        options.eval_id,
+        len(prompts),
+        len(categories),
+        prepared["deployments"]["A"]["label"],
+        f", B {prepared['deployments']['B']['label']}" if servers_b else "",
+    )
+    return prepared
+
+
+def measure_step(
+    config: EvaluateConfig | dict[str, Any], prepared: dict[str, Any], categories: list[str]
+) -> dict[str, Any]:
+    """Send these categories' requests to every deployment; store each category's records."""
+    options = replace(_options(config), eval_id=prepared["eval_id"])
+    place = _place(options)
+    prompts = prompts_of(read_parquet_bytes(place.root.read_bytes(place.prompts_key)), categories)
+    sides = [
+        Side(name, d["label"], [SpeculativeServer.from_json(s) for s in d["servers"]])
+        for name, d in prepared["deployments"].items()
+    ]
+    vocab_size = load_profile(prepared["profile"]).vocab_size
+    records = asyncio.run(send(sides, prompts, prepared["sampling"], options, prepared["eval_id"], vocab_size))
+    counts = {}
+    for category in categories:
+        rows = [r for r in records if r["category"] == category]
+        place.root.write_bytes(place.part_key(category), records_bytes(records_table(rows)))
+        counts[category] = {
+            "requests": len(rows),
+            "failed": sum(r["status"] == "failed" for r in rows),
+            "measured": sum(r["status"] == "ok" for r in rows),
+        }
+    return {"eval_id": prepared["eval_id"], "categories": counts}
+
+
+def _records(place: EvaluationPlace, categories: list[str]) -> pa.Table:
+    missing = [c for c in categories if place.part_key(c) not in place.root.list(place.part_key(c))]
+    if missing:
+        raise DataGenError(f"categories {missing} of this evaluation were not measured: run their measure step first")
+    tables = [read_records(place.root.read_bytes(place.part_key(c))) for c in categories]
+    table = pa.concat_tables(tables) if tables else RECORD_SCHEMA.empty_table()
+    order = ("side", "category", "prompt_key", "request_index")  # the file's bytes do not depend on timing
+    return table.sort_by([(name, "ascending") for name in order])
+
+
+def _comparison(
+    prepared: dict[str, Any], rows: list[dict[str, Any]], baseline: Baseline | None
+) -> dict[str, Any] | None:
+    if "B" in prepared["deployments"]:
+        deployment = prepared["deployments"]["B"]
+        other = [r for r in rows if r["side"] == "B"]
+        source: dict[str, Any] = {"source": "compare_url"}
+    elif baseline is not None:
+        deployment = baseline.results["deployment"]
+        other = baseline.rows
+        source = {
+            "source": "baseline",
+            "baseline": {"eval_id": baseline.results["eval_id"], "location": baseline.location},
+        }
+    else:
+        return None
+    mine = [r for r in rows if r["side"] == "A"]
+    return {"label": deployment["label"], **source, "deployment": deployment, "results": aggregate.summarize(other)} | (
+        aggregate.paired(mine, other)
+    )
+
+
+def finish_step(config: EvaluateConfig | dict[str, Any], prepared: dict[str, Any]) -> dict[str, Any]:
+    """The numbers from the records, the records file, the report and the JSON (written last); then the work files
+    go. DataGenError (after writing) when a category has no measured request."""
+    options = replace(_options(config), eval_id=prepared["eval_id"])
+    place = _place(options)
+    table = _records(place, prepared["categories"])
+    rows = table.to_pylist()
+    stored = put_once(place.root, place.records_key, records_bytes(table))
+    mine = aggregate.summarize([r for r in rows if r["side"] == "A"])
+    baseline = load_baseline(options.baseline) if options.baseline else None
+    deployment = prepared["deployments"]["A"]
+    results: dict[str, Any] = {
+        "schema": SCHEMA,
+        "eval_id": prepared["eval_id"],
+        "created_at": prepared["created_at"],
+        "label": deployment["label"],
+        "deployment": deployment,
+        "model": prepared["model"],
+        "profile": prepared["profile"],
+        "tokenizer": prepared["tokenizer"],
+        "prompts": prepared["prompts"] | {"requests_per_prompt": options.requests_per_prompt},
+        "sampling": prepared["sampling"],
+        "seed": options.seed,
+        "categories": mine["categories"],
+        "overall": mine["overall"],
+    }
+    comparison = _comparison(prepared, rows, baseline)
+    if comparison is not None:
+        results["comparison"] = comparison
+    results["records"] = {"key": place.name(place.records_key), "sha256": stored.sha256, "rows": table.num_rows}
+    if place.rejects_key in place.root.list(place.rejects_key):
+        results["rejects"] = {"key": place.name(place.rejects_key)}
+    page = render_evaluation(results).encode()
+    report = put_once(place.root, place.report_key, page)
+    results["report"] = {"key": place.name(place.report_key), "sha256": report.sha256}
+    put_once(place.root, place.json_key, json.dumps(results, indent=1).encode())
+    _remove_work(place)
+    empty = [c for c, block in mine["categories"].items() if not block["measured"]]
+    empty += [c for c in prepared["categories"] if c not in mine["categories"]]
+    if empty:
+        raise DataGenError(
+            f"evaluation {prepared['eval_id']}: no measured request in {sorted(set(empty))} "
+            f"({place.location(place.json_key)} counts the failures): check the endpoints and rerun"
+        )
+    return {
+        "eval_id": prepared["eval_id"],
+        "json": place.location(place.json_key),
+        "report": place.location(place.report_key),
+        "results": results,
+    }
+
+
+def _remove_work(place: EvaluationPlace) -> None:
+    """The steps' work files (the prompt set, each category's records), and on a local root their folders."""
+    for key in place.root.list(place.base + "/"):
+        place.root.delete(key)
+    if isinstance(place.root, LocalOutputRoot):
+        folder = place.root.path / place.base
+        for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True) if folder.is_dir() else []:
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
+def evaluate_all(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
+    """The command line's evaluation: the steps in one process, every category in one pool."""
+    prepared = prepare_step(config)
+    measure_step(config, prepared, prepared["categories"])
+    return finish_step(config, prepared)

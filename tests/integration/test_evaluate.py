@@ -1,0 +1,239 @@
+"""`eagle-datagen evaluate` against stand-in servers whose per-request speculative metrics are known
+(standin/sglang/speculative.py): the report's per-category means and intervals are those of what the servers
+returned, on exactly the held-out prompts of the output root; a server without a drafter is refused before any
+request; failed requests are counted, never averaged in; two drafters compare prompt for prompt, live
+(--compare-url) or against an earlier evaluation (--baseline)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from eagle_datagen.cli import main
+from eagle_datagen.evaluation.aggregate import summarize
+from eagle_datagen.evaluation.records import read_records
+from eagle_datagen.export.stage import ExportOptions, run_export
+from eagle_datagen.generation.steps import run_generation
+from eagle_datagen.standin.sglang.config import FaultRates, SimConfig
+from eagle_datagen.standin.sglang.runner import SimServerThread
+from eagle_datagen.standin.sglang.speculative import SpeculativeConfig, spec_metrics
+from eagle_datagen.storage.objects import sha256_hex
+from eagle_datagen.storage.output_root import LocalOutputRoot
+from generation_runs import run_options
+
+from conftest import user_record, write_jsonl
+
+pytestmark = pytest.mark.slow
+SPEC_A = SpeculativeConfig(draft_model_path="drafter-new", accept_rate=0.8)
+SPEC_B = SpeculativeConfig(draft_model_path="drafter-old", accept_rate=0.55)
+TOKENIZER = ["--tokenizer", "standin:kimi-k2.5", "--trust-remote-code"]
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory) -> Path:
+    """An output root with one published run of 80 prompts in two categories, 40% held out."""
+    tmp = tmp_path_factory.mktemp("evaluate")
+    records = [user_record(f"q {i}: " + "word " * (i % 17), category="math" if i % 2 else "chat") for i in range(80)]
+    src = write_jsonl(tmp / "prompts.jsonl", records)
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        options = run_options(tmp, [sim.url], run_id="r1", heldout_fraction=0.4)
+        run_generation(dataclasses.replace(options, prompts=dataclasses.replace(options.prompts, prompts=[str(src)])))
+    return tmp / "out"
+
+
+def speculative(spec: SpeculativeConfig, **faults) -> SimServerThread:
+    config = dataclasses.replace(SimConfig().with_profile("instant"), speculative=spec, faults=FaultRates(**faults))
+    return SimServerThread(config)
+
+
+def evaluate(*args: str) -> int:
+    return main(["evaluate", *TOKENIZER, "--max-new-tokens", "400", *args])
+
+
+def results_of(root: Path, eval_id: str) -> tuple[dict, list[dict]]:
+    results = json.loads((root / f"evaluations/eval={eval_id}.json").read_text())
+    data = (root / f"evaluations/{results['records']['key']}").read_bytes()
+    assert sha256_hex(data) == results["records"]["sha256"]
+    return results, read_records(data).to_pylist()
+
+
+def heldout_prompt_ids(root: Path) -> dict[str, str]:
+    rows = []
+    for part in root.glob("data/category=*/run=r1/*.parquet"):
+        rows += pq.read_table(part, columns=["prompt_id", "category", "heldout"]).to_pylist()
+    return {r["prompt_id"]: r["category"] for r in rows if r["heldout"]}
+
+
+def t975(df: int) -> float:
+    """Student's t quantile by integrating its density (independent of evaluation/intervals.py)."""
+    x = np.linspace(0.0, 80.0, 2_000_001)
+    density = np.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    density = density * (1 + x**2 / df) ** (-(df + 1) / 2)
+    cdf = np.concatenate([[0.0], np.cumsum((density[1:] + density[:-1]) / 2 * np.diff(x))])
+    return float(np.interp(0.475, cdf, x))
+
+
+def expected_block(records: list[dict], metric: str) -> tuple[float, list[float]]:
+    by_prompt = defaultdict(list)
+    for r in records:
+        if r["status"] == "ok":
+            by_prompt[r["prompt_key"]].append(r[f"spec_{metric}"])
+    values = [float(np.mean(v)) for v in by_prompt.values()]
+    mean, n = float(np.mean(values)), len(values)
+    half = t975(n - 1) * float(np.std(values, ddof=1)) / math.sqrt(n)
+    return mean, [mean - half, mean + half]
+
+
+def test_means_and_intervals_are_those_of_what_the_server_returned_on_the_heldout_prompts(published, tmp_path, capsys):
+    with speculative(SPEC_A) as a:
+        assert evaluate("--output", str(published), "--sglang-url", a.url, "--eval-id", "plain") == 0
+        sent = a.stats()["generations"]
+    printed = capsys.readouterr().out
+    results, records = results_of(published, "plain")
+    held = heldout_prompt_ids(published)
+    assert sent == len(records) == len(held) > 10
+    # exactly the held-out prompts, which no export holds
+    assert {r["prompt_id"]: r["category"] for r in records} == held
+    run_export(
+        LocalOutputRoot(str(published)), ExportOptions(format="jsonl", to=str(tmp_path / "x.jsonl"), run_id="r1")
+    )
+    exported = {json.loads(line)["sample_id"] for line in (tmp_path / "x.jsonl").read_text().splitlines()}
+    data = [pq.read_table(p).to_pylist() for p in published.glob("data/category=*/run=r1/*.parquet")]
+    assert not {r["prompt_id"] for rows in data for r in rows if r["sample_id"] in exported} & set(held)
+    # what each request's server returned is known from the request alone
+    for r in records:
+        expected = spec_metrics(SPEC_A, r["sampling_seed"], r["completion_tokens"])
+        assert {k: r[k] for k in expected} == expected and r["status"] == "ok"
+    # the contract's keys, and the numbers recomputed from the records independently
+    assert results["schema"] == "eagle-datagen/evaluation/v1" and results["label"] == "drafter-new"
+    assert results["eval_id"] == "plain"
+    for category in ("chat", "math"):
+        block = results["categories"][category]
+        mine = [r for r in records if r["category"] == category]
+        assert (block["requests"], block["failed"]) == (len(mine), 0)
+        assert block["output_tokens"] == sum(r["completion_tokens"] for r in mine)
+        for metric in ("accept_length", "accept_rate"):
+            mean, ci = expected_block(mine, metric)
+            assert block[metric]["mean"] == pytest.approx(mean, rel=1e-12)
+            assert block[metric]["ci95"] == pytest.approx(ci, rel=1e-4)
+        assert block["verify_steps"]["total"] == sum(r["spec_verify_ct"] for r in mine)
+        assert sum(block["correct_drafts_histogram"]["counts"]) == block["verify_steps"]["total"]
+    assert results["overall"]["accept_length"]["mean"] == pytest.approx(expected_block(records, "accept_length")[0])
+    assert summarize(records) == {k: results[k] for k in ("categories", "overall")}  # the records say it all
+    # what was measured with, beside the numbers
+    server = results["deployment"]["servers"][0]
+    assert server["speculative"]["speculative_algorithm"] == "EAGLE3"
+    assert server["speculative"]["speculative_num_steps"] == 3 and server["speculative"]["speculative_eagle_topk"] == 1
+    assert server["speculative"]["speculative_num_draft_tokens"] == 4 and server["weight_version"] == "default"
+    assert results["sampling"]["math"]["max_new_tokens"] == 400 and results["prompts"]["source"] == "heldout"
+    report = published / "evaluations" / results["report"]["key"]
+    assert sha256_hex(report.read_bytes()) == results["report"]["sha256"] and "<img" in report.read_text()
+    assert not (published / "evaluations/eval=plain").exists()  # the work files are gone
+    assert "chat" in printed and "accept length" in printed and "eval=plain.json" in printed
+
+
+def test_a_server_without_a_drafter_is_refused_in_one_line_before_any_request(published, capsys):
+    with SimServerThread(SimConfig().with_profile("instant")) as plain:
+        assert evaluate("--output", str(published), "--sglang-url", plain.url, "--eval-id", "refused") == 1
+        assert plain.stats()["requests"]["total"] == 0  # no /generate
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error == (
+        f"eagle-datagen: error: {plain.url}: not a speculative server (speculative_algorithm is None in "
+        "/server_info): start SGLang with --speculative-algorithm EAGLE3 --speculative-draft-model-path ..."
+    )
+    assert not (published / "evaluations/eval=refused.json").exists()
+
+
+def test_failed_requests_are_retried_or_counted_never_averaged_in(published):
+    with speculative(SPEC_A, error_503=0.3) as a:
+        assert evaluate("--output", str(published), "--sglang-url", a.url, "--eval-id", "retried") == 0
+        assert (
+            evaluate("--output", str(published), "--sglang-url", a.url, "--eval-id", "counted", "--max-attempts", "1")
+            == 0
+        )
+    retried, _ = results_of(published, "retried")
+    assert retried["overall"]["failed"] == 0  # transient: sent again until answered
+    results, records = results_of(published, "counted")
+    failed = [r for r in records if r["status"] == "failed"]
+    assert failed and results["overall"]["failed"] == len(failed) == results["overall"]["requests"] - sum(
+        r["status"] == "ok" for r in records
+    )
+    assert results["overall"]["failures"] == {"http_503": len(failed)}
+    for category, block in results["categories"].items():
+        mine = [r for r in records if r["category"] == category]
+        assert block["requests"] == len(mine)
+        assert block["accept_length"]["mean"] == pytest.approx(expected_block(mine, "accept_length")[0])
+        assert block["prompts"] == len({r["prompt_key"] for r in mine if r["status"] == "ok"})
+    assert retried["overall"]["accept_length"] != results["overall"]["accept_length"]
+
+
+def test_two_drafters_compare_prompt_for_prompt_live_or_against_a_baseline(published, tmp_path):
+    with speculative(SPEC_A) as a, speculative(SPEC_B) as b:
+        assert (
+            evaluate("--output", str(published), "--sglang-url", a.url, "--compare-url", b.url, "--eval-id", "ab") == 0
+        )
+        assert evaluate("--output", str(published), "--sglang-url", b.url, "--eval-id", "b") == 0
+        baseline = str(published / "evaluations/eval=b.json")
+        assert (
+            evaluate("--output", str(published), "--sglang-url", a.url, "--baseline", baseline, "--eval-id", "ab2") == 0
+        )
+        assert (
+            evaluate(
+                "--output",
+                str(published),
+                "--sglang-url",
+                a.url,
+                "--baseline",
+                baseline,
+                "--seed",
+                "1",
+                "--eval-id",
+                "x",
+            )
+            == 1
+        )  # other seeds: other requests, nothing to pair
+    live, records = results_of(published, "ab")
+    comparison = live["comparison"]
+    assert comparison["label"] == "drafter-old" and comparison["source"] == "compare_url"
+    for category, block in comparison["categories"].items():
+        prompts = live["categories"][category]["prompts"]
+        assert block["paired_prompts"] == prompts and block["only_a"] == block["only_b"] == 0
+        diff = block["accept_length_diff"]
+        assert diff["ci95"][0] > 0  # the better drafter wins on these prompts, with its interval clear of 0
+        a_values = {r["prompt_key"]: r["spec_accept_length"] for r in records if r["side"] == "A"}
+        b_values = {r["prompt_key"]: r["spec_accept_length"] for r in records if r["side"] == "B"}
+        keys = [r["prompt_key"] for r in records if r["side"] == "A" and r["category"] == category]
+        assert diff["mean"] == pytest.approx(np.mean([a_values[k] - b_values[k] for k in keys]))
+        assert (
+            comparison["results"]["categories"][category]["accept_length"]["mean"]
+            < (live["categories"][category]["accept_length"]["mean"])
+        )
+    against, _ = results_of(published, "ab2")
+    assert against["comparison"]["source"] == "baseline" and against["comparison"]["baseline"]["eval_id"] == "b"
+    for category, block in against["comparison"]["categories"].items():  # the same requests: the same pairs
+        assert block["accept_length_diff"] == comparison["categories"][category]["accept_length_diff"]
+    assert {s["url"] for s in live["comparison"]["deployment"]["servers"]} == {b.url}
+
+
+def test_prompt_sources_and_a_results_file_of_ones_own(tmp_path):
+    records = [user_record(f"tell me about {i}", category="chat") for i in range(30)]
+    records.append({"category": "chat", "messages": []})  # rejected with its reason, not evaluated
+    src = write_jsonl(tmp_path / "p.jsonl", records)
+    to = tmp_path / "results" / "mine.json"
+    with speculative(SPEC_A) as a:
+        assert (
+            evaluate("--prompts", str(src), "--sglang-url", a.url, "--to", str(to), "--requests-per-prompt", "2") == 0
+        )
+    results = json.loads(to.read_text())
+    assert results["prompts"]["source"] == "prompts" and results["overall"]["requests"] == 60
+    assert results["categories"]["chat"]["prompts"] == 30
+    assert (to.parent / results["records"]["key"]).exists() and (to.parent / results["report"]["key"]).exists()
+    rejects = (to.parent / results["rejects"]["key"]).read_text().splitlines()
+    assert len(rejects) == 1 and json.loads(rejects[0])["reason"] == "empty_messages"

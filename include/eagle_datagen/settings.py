@@ -1750,6 +1750,24 @@ EVALUATE_SETTINGS: tuple[Setting, ...] = (
     _shared("temperature"),
     _shared("top_p"),
     _shared("top_k"),
+    _shared(
+        "mode",
+        help="with --prompts: the mode each prompt is rendered and sampled in (thinking, instant, or mix with "
+        "--instant-fraction, chosen per prompt by --seed); held-out prompts keep the mode they were generated in "
+        "(default: the recipe's, else thinking)",
+        form=None,
+        param=None,
+        airflow=None,
+        only="the command line's --prompts: the DAG evaluates held-out prompts, which keep their own mode",
+    ),
+    _shared(
+        "instant_fraction",
+        help="with --mode mix: the share of --prompts prompts rendered instant (default: the recipe's, else 0.5)",
+        form=None,
+        param=None,
+        airflow=None,
+        only="the command line's --prompts: the DAG evaluates held-out prompts, which keep their own mode",
+    ),
     EVALUATE_OWN[3],
     *EVALUATE_OWN[8:],
     _shared("front_end", option=("front_end", "prompts.front_end")),

@@ -126,7 +126,8 @@ def test_means_and_intervals_are_those_of_what_the_server_returned_on_the_heldou
         assert block["verify_steps"]["total"] == sum(r["spec_verify_ct"] for r in mine)
         assert sum(block["correct_drafts_histogram"]["counts"]) == block["verify_steps"]["total"]
     assert results["overall"]["accept_length"]["mean"] == pytest.approx(expected_block(records, "accept_length")[0])
-    assert summarize(records) == {k: results[k] for k in ("categories", "overall")}  # the records say it all
+    keys = ("categories", "overall", "modes", "categories_by_mode")
+    assert summarize(records) == {k: results[k] for k in keys}  # the records say it all
     # what was measured with, beside the numbers
     server = results["deployment"]["servers"][0]
     assert server["speculative"]["speculative_algorithm"] == "EAGLE3"
@@ -237,3 +238,42 @@ def test_prompt_sources_and_a_results_file_of_ones_own(tmp_path):
     assert (to.parent / results["records"]["key"]).exists() and (to.parent / results["report"]["key"]).exists()
     rejects = (to.parent / results["rejects"]["key"]).read_text().splitlines()
     assert len(rejects) == 1 and json.loads(rejects[0])["reason"] == "empty_messages"
+
+
+def test_each_prompt_is_evaluated_in_its_mode_and_the_results_are_per_mode(tmp_path):
+    """A run with a thinking/instant mix: the held-out prompts keep the mode they were generated in (their stored
+    ids, instant ones ending <think></think>), each mode sampled as the profile recommends it, and the results
+    hold a block per mode and per category and mode; --prompts with --mode instant renders every prompt instant."""
+    records = [user_record(f"mode {i}: " + "word " * (i % 11), category="chat") for i in range(60)]
+    src = write_jsonl(tmp_path / "prompts.jsonl", records)
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        options = run_options(tmp_path, [sim.url], run_id="m1", heldout_fraction=0.5)
+        options = dataclasses.replace(
+            options,
+            prompts=dataclasses.replace(options.prompts, prompts=[str(src)]),
+            sampling=dataclasses.replace(options.sampling, mode="mix", instant_fraction=0.5),
+        )
+        run_generation(options)
+    root = tmp_path / "out"
+    rows = [r for p in root.glob("data/category=*/run=m1/*.parquet") for r in pq.read_table(p).to_pylist()]
+    held = {r["prompt_id"]: r for r in rows if r["heldout"]}
+    assert {r["mode"] for r in held.values()} == {"thinking", "instant"}
+    with speculative(SPEC_A) as a:
+        assert evaluate("--output", str(root), "--sglang-url", a.url, "--eval-id", "modes") == 0
+        results, measured = results_of(root, "modes")
+        page = (root / "evaluations" / results["report"]["key"]).read_text()
+        assert "Per mode" in page and "chat · instant" in page
+        assert {r["prompt_id"]: r["mode"] for r in measured} == {p: r["mode"] for p, r in held.items()}
+        by_mode = {mode: [r for r in measured if r["mode"] == mode] for mode in ("thinking", "instant")}
+        for mode, block in results["modes"].items():
+            assert block["requests"] == len(by_mode[mode]) > 0
+            assert block["accept_length"]["mean"] == pytest.approx(expected_block(by_mode[mode], "accept_length")[0])
+        assert results["categories_by_mode"]["chat"]["instant"]["requests"] == len(by_mode["instant"])
+        assert results["sampling_by_mode"]["chat"]["instant"]["temperature"] == 0.6  # the profile's, per mode
+        assert results["sampling_by_mode"]["chat"]["thinking"]["temperature"] == 1.0
+        to = tmp_path / "instant.json"
+        assert evaluate("--prompts", str(src), "--sglang-url", a.url, "--mode", "instant", "--to", str(to)) == 0
+    results = json.loads(to.read_text())
+    assert set(results["modes"]) == {"instant"} and results["modes"]["instant"]["requests"] == 60
+    stored = pq.read_table(to.parent / results["records"]["key"]).to_pylist()
+    assert {r["mode"] for r in stored} == {"instant"}

@@ -74,6 +74,13 @@ def format_evaluation(results: dict[str, Any], json_location: str, report_locati
             f"{name:<24} {block['prompts']:>8,} {block['failed']:>7,}  {_stat(block['accept_length']):<26} "
             f"{_stat(block['accept_rate'])}"
         )
+    modes = results.get("modes") or {}
+    if len(modes) > 1:  # thinking and instant prompts: each mode's own line
+        for mode, block in modes.items():
+            lines.append(
+                f"{'all, ' + mode:<24} {block['prompts']:>8,} {block['failed']:>7,}  "
+                f"{_stat(block['accept_length']):<26} {_stat(block['accept_rate'])}"
+            )
     comparison = results.get("comparison")
     if comparison:
         lines.append(f"A - B, B = {comparison['label']} ({comparison['source']}), paired by prompt:")

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from eagle_datagen.evaluation.intervals import mean_interval
+from eagle_datagen.modes import THINKING
 
 METRICS = ("accept_length", "accept_rate")  # the per-prompt means: meta_info spec_accept_length, spec_accept_rate
 OVERALL = "overall"
@@ -97,13 +98,24 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """{"categories": {category: block}, "overall": block} of one side's records."""
+    """{"categories": {category: block}, "overall": block, "modes": {mode: block}, "categories_by_mode": {category:
+    {mode: block}}} of one side's records (a record without a mode, written before modes, is thinking)."""
     by_category: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_mode: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_both: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
+        mode = row.get("mode") or THINKING
         by_category[row["category"]].append(row)
+        by_mode[mode].append(row)
+        by_both[row["category"]][mode].append(row)
     return {
         "categories": {category: summary(by_category[category]) for category in sorted(by_category)},
         OVERALL: summary(rows),
+        "modes": {mode: summary(by_mode[mode]) for mode in sorted(by_mode)},
+        "categories_by_mode": {
+            category: {mode: summary(modes[mode]) for mode in sorted(modes)}
+            for category, modes in sorted(by_both.items())
+        },
     }
 
 

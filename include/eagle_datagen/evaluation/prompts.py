@@ -14,7 +14,7 @@ prompts of each category that come first in an order the seed fixes (a hash of s
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -23,6 +23,8 @@ import pyarrow.parquet as pq
 
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.heldout import POLICY_KEY, heldout_rows, read_policy
+from eagle_datagen.modes import THINKING
+from eagle_datagen.records import PromptRecord
 from eagle_datagen.storage.local_copy import local_copy
 from eagle_datagen.storage.manifest import list_manifests
 from eagle_datagen.storage.output_root import OutputRoot
@@ -36,6 +38,7 @@ PROMPT_SCHEMA = pa.schema(
         ("record_id", pa.string()),
         ("run_id", pa.string()),  # the published run whose held-out row it is (null for --prompts sources)
         ("prompt_ids", pa.list_(pa.int32())),
+        ("mode", pa.string()),  # the mode it was rendered in (modes.py): its answer is sampled in that mode
     ]
 )
 
@@ -48,6 +51,7 @@ class EvalPrompt:
     record_id: str | None
     run_id: str | None
     prompt_ids: list[int]
+    mode: str = THINKING
 
 
 def prompt_key(ids: list[int] | np.ndarray) -> str:
@@ -56,12 +60,18 @@ def prompt_key(ids: list[int] | np.ndarray) -> str:
 
 
 def _rows(table: pa.Table, run_id: str | None) -> Iterator[EvalPrompt]:
-    for row, ids in zip(
-        table.select(["category", "prompt_id", "record_id"]).to_pylist(), table.column("prompt_ids"), strict=True
-    ):
+    """The table's prompts; a row without a mode (a file written before modes) is thinking."""
+    names = [n for n in ("category", "prompt_id", "record_id", "mode") if n in table.column_names]
+    for row, ids in zip(table.select(names).to_pylist(), table.column("prompt_ids"), strict=True):
         values = ids.values.to_numpy(zero_copy_only=False)
         yield EvalPrompt(
-            row["category"], prompt_key(values), row["prompt_id"], row["record_id"], run_id, values.tolist()
+            row["category"],
+            prompt_key(values),
+            row["prompt_id"],
+            row["record_id"],
+            run_id,
+            values.tolist(),
+            row.get("mode") or THINKING,
         )
 
 
@@ -95,6 +105,7 @@ def heldout_prompts(root: OutputRoot, runs: list[str], categories: list[str] | N
                     )
                 parquet = pq.ParquetFile(str(path), memory_map=False)
                 columns = ["category", "prompt_id", "record_id", "prompt_ids"]
+                columns += ["mode"] if "mode" in parquet.schema_arrow.names else []
                 marked = "heldout" in parquet.schema_arrow.names  # files written before the column: by prompt id
                 for group in range(parquet.metadata.num_row_groups):
                     table = parquet.read_row_group(group, columns=columns + (["heldout"] if marked else []))
@@ -111,11 +122,14 @@ def heldout_prompts(root: OutputRoot, runs: list[str], categories: list[str] | N
     return list(chosen.values())
 
 
-def source_prompts(setup: TokenizeSetup, root: OutputRoot, rejects_key: str) -> list[EvalPrompt]:
-    """`--prompts` sources, read and tokenized as a run reads them (rejects written to `rejects_key`)."""
+def source_prompts(
+    setup: TokenizeSetup, root: OutputRoot, rejects_key: str, modes: Callable[[PromptRecord], str] | None = None
+) -> list[EvalPrompt]:
+    """`--prompts` sources, read and tokenized as a run reads them (rejects written to `rejects_key`), each record
+    rendered in the mode `modes` gives it (default: thinking)."""
     setup = replace(setup, options=replace(setup.options, limit=None))
     prompts: dict[str, EvalPrompt] = {}
-    with stream_and_tokenize(setup, root, rejects_key) as tokenized:
+    with stream_and_tokenize(setup, root, rejects_key, modes=modes) as tokenized:
         spool = tokenized.spool
         for category in spool.categories:
             for batch in spool.batches(category):
@@ -151,6 +165,7 @@ def prompts_table(prompts: list[EvalPrompt]) -> pa.Table:
             "record_id": [p.record_id for p in prompts],
             "run_id": [p.run_id for p in prompts],
             "prompt_ids": [p.prompt_ids for p in prompts],
+            "mode": [p.mode for p in prompts],
         },
         schema=PROMPT_SCHEMA,
     )

@@ -35,6 +35,7 @@ RECORD_SCHEMA = pa.schema(
         ("label", pa.string()),
         ("endpoint", pa.string()),
         ("category", pa.string()),
+        ("mode", pa.string()),  # the prompt's mode (modes.py)
         ("prompt_key", pa.string()),
         ("prompt_id", pa.string()),
         ("record_id", pa.string()),
@@ -80,6 +81,7 @@ def request_record(
         "label": label,
         "endpoint": result.endpoint or None,
         "category": prompt.category,
+        "mode": prompt.mode,
         "prompt_key": prompt.prompt_key,
         "prompt_id": prompt.prompt_id,
         "record_id": prompt.record_id,

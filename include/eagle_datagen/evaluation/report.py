@@ -222,6 +222,16 @@ def render_evaluation(results: dict[str, Any]) -> str:
         "(unmeasured: no verify step) are counted, never averaged in. docs/evaluation.md says what each metric "
         "means.</p>",
     ]
+    by_mode = results.get("categories_by_mode") or {}
+    if len(results.get("modes") or {}) > 1:  # thinking and instant prompts: each mode's own acceptance
+        rows = {f"{c} · {m}": block for c, modes in by_mode.items() for m, block in modes.items()}
+        parts += [
+            "<h2>Per mode</h2>",
+            _category_table(rows | {f"all · {m}": b for m, b in results["modes"].items()}, overall),
+            "<p class='muted'>Each prompt is evaluated in the mode it was rendered in (thinking: the prompt ends in "
+            "&lt;think&gt;; instant: in &lt;think&gt;&lt;/think&gt;), sampled as the profile recommends for that "
+            "mode.</p>",
+        ]
     if comparison:
         parts += [
             "<h2>Comparison</h2>",

@@ -3,7 +3,8 @@
 The project's client (inference/client.py) with its window per endpoint, retries with backoff, circuit breaker,
 lost-request detection and hedging (liveness.py), the scheduler's worker pool (scheduler.run_jobs) and the progress
 line; one client per deployment, both deployments at once, each with its own pool. A request is `/generate` with
-the prompt's token ids and the category's sampling, plus a `sampling_seed` that depends only on the evaluation's
+the prompt's token ids and its category's sampling for its mode (an instant prompt samples as the profile
+recommends for instant answers), plus a `sampling_seed` that depends only on the evaluation's
 seed, the prompt and the request's index: the same request goes to deployment B, and to any later evaluation with
 the same seed (a baseline pairs with it). Its rid is the evaluation's own (eval id and side), so concurrent
 evaluations on one server never share one.
@@ -45,18 +46,21 @@ def request_for(
     seed_of = hashlib.sha256(f"evaluate:{seed}:{prompt.prompt_key}:{index}".encode()).hexdigest()
     rid = hashlib.sha256(f"{eval_id}:{side}:{prompt.prompt_key}:{index}".encode()).hexdigest()[:32]
     params = {k: v for k, v in sampling.items() if v is not None} | {"sampling_seed": sampling_seed_for(seed_of)}
-    return SampleRequest(rid, prompt.prompt_id, prompt.record_id, prompt.category, index, prompt.prompt_ids, params)
+    return SampleRequest(
+        rid, prompt.prompt_id, prompt.record_id, prompt.category, index, prompt.prompt_ids, params, mode=prompt.mode
+    )
 
 
 async def send(
     sides: list[Side],
     prompts: list[EvalPrompt],
-    sampling: dict[str, dict[str, Any]],
+    sampling: dict[str, dict[str, dict[str, Any]]],
     options: EvaluateOptions,
     eval_id: str,
     vocab_size: int | None,
 ) -> list[dict[str, Any]]:
-    """Every prompt's `options.requests_per_prompt` requests to every side; one record per request."""
+    """Every prompt's `options.requests_per_prompt` requests to every side, sampled as its category and mode say
+    (`sampling[category][mode]`); one record per request."""
     records: list[dict[str, Any]] = []
     total = len(prompts) * options.requests_per_prompt * len(sides)
     async with AsyncExitStack() as stack:
@@ -75,7 +79,9 @@ async def send(
             def job(
                 side: Side, client: GenerateClient, prompt: EvalPrompt, index: int
             ) -> Callable[[], Awaitable[None]]:
-                request = request_for(prompt, index, sampling[prompt.category], options.seed, eval_id, side.name)
+                request = request_for(
+                    prompt, index, sampling[prompt.category][prompt.mode], options.seed, eval_id, side.name
+                )
 
                 async def run() -> None:
                     started = time.monotonic()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +28,14 @@ from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.evaluation import aggregate
 from eagle_datagen.evaluation.options import SCHEMA, EvaluateConfig, EvaluateOptions
 from eagle_datagen.evaluation.place import EvaluationPlace, check_eval_id, place_for
-from eagle_datagen.evaluation.prompts import choose, heldout_prompts, prompts_of, prompts_table, source_prompts
+from eagle_datagen.evaluation.prompts import (
+    EvalPrompt,
+    choose,
+    heldout_prompts,
+    prompts_of,
+    prompts_table,
+    source_prompts,
+)
 from eagle_datagen.evaluation.records import RECORD_SCHEMA, read_records, records_bytes, records_table
 from eagle_datagen.evaluation.report import render_evaluation
 from eagle_datagen.evaluation.requests import Side, send
@@ -36,7 +44,9 @@ from eagle_datagen.evaluation.servers import SpeculativeServer, check_deployment
 from eagle_datagen.generation.plan import parquet_bytes
 from eagle_datagen.generation.stage import category_settings, new_run_id
 from eagle_datagen.heldout import read_policy
+from eagle_datagen.modes import THINKING
 from eagle_datagen.profile import load_profile
+from eagle_datagen.records import PromptRecord
 from eagle_datagen.sources.recipe import load_recipe
 from eagle_datagen.storage.manifest import list_manifests
 from eagle_datagen.storage.objects import put_once
@@ -65,7 +75,7 @@ def _prompt_set(options: EvaluateOptions, place: EvaluationPlace, tokenizer: Any
     if options.prompts.prompts:
         prompt_options = replace(options.prompts, recipe=None, output=options.prompts.output or place.root.uri)
         setup = setup_tokenize(prompt_options)
-        prompts = source_prompts(setup, place.root, place.rejects_key)
+        prompts = source_prompts(setup, place.root, place.rejects_key, _modes(options, setup.profile))
         return prompts, {"source": "prompts", "sources": list(options.prompts.prompts)}
     if not options.prompts.output:
         raise ConfigError("give --output ROOT (its held-out prompts) or --prompts SRC: the prompts to evaluate on")
@@ -85,6 +95,35 @@ def _prompt_set(options: EvaluateOptions, place: EvaluationPlace, tokenizer: Any
     }
 
 
+def _modes(options: EvaluateOptions, profile: Any) -> Callable[[PromptRecord], str]:
+    """Each `--prompts` record's mode, as a run with the same settings (mode, instant fraction, recipe) would
+    choose it, the evaluation's seed choosing a mix's instant prompts."""
+    recipe = load_recipe(options.prompts.recipe) if options.prompts.recipe else None
+    chosen: dict[str, Any] = {}
+
+    def mode_of(record: PromptRecord) -> str:
+        if record.category not in chosen:
+            found = category_settings([record.category], recipe, profile, options.sampling, options.seed)
+            chosen[record.category] = found[record.category]
+        return chosen[record.category].mode_of(record.prompt_id)
+
+    return mode_of
+
+
+def sampling_by_mode(
+    options: EvaluateOptions, prompts: list[EvalPrompt], recipe: Any, profile: Any
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """category -> mode -> the sampling of that category's prompts of that mode, by generation's precedence (the
+    profile's recommendation being the mode's own)."""
+    result: dict[str, dict[str, dict[str, Any]]] = {}
+    for mode in sorted({p.mode for p in prompts}):
+        categories = sorted({p.category for p in prompts if p.mode == mode})
+        overrides = replace(options.sampling, mode=mode, instant_fraction=None)
+        for category, chosen in category_settings(categories, recipe, profile, overrides, options.seed).items():
+            result.setdefault(category, {})[mode] = chosen.sampling
+    return result
+
+
 def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
     """Check the configuration and every endpoint, choose and store the prompt set; returns what the later steps
     need (the eval id, the categories, the deployments' facts, the sampling per category)."""
@@ -100,8 +139,9 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
     prompts = choose(prompts, options.max_prompts_per_category, options.seed)
     categories = sorted({p.category for p in prompts})
     recipe = load_recipe(options.prompts.recipe) if options.prompts.recipe else None
-    chosen = category_settings(categories, recipe, profile.sampling, options.sampling)
+    chosen = category_settings(categories, recipe, profile, options.sampling)
     sampling = {c: s.sampling for c, s in chosen.items()}
+    by_mode = sampling_by_mode(options, prompts, recipe, profile)
     baseline = load_baseline(options.baseline) if options.baseline else None
     if baseline is not None:
         check_pairs_with(baseline, sampling, options.seed, options.requests_per_prompt, options.front_end)
@@ -131,6 +171,10 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
         "prompts": origin
         | {"per_category": per_category, "max_prompts_per_category": options.max_prompts_per_category},
         "sampling": sampling,
+        "sampling_by_mode": by_mode,
+        "modes": {
+            c: {m: sum(1 for p in prompts if p.category == c and p.mode == m) for m in by_mode[c]} for c in categories
+        },
         "deployments": {
             "A": deployment_json(options.label or servers_a[0].draft_model, [s.to_json() for s in servers_a]),
             **(
@@ -168,7 +212,8 @@ def measure_step(
         for name, d in prepared["deployments"].items()
     ]
     vocab_size = load_profile(prepared["profile"]).vocab_size
-    records = asyncio.run(send(sides, prompts, prepared["sampling"], options, prepared["eval_id"], vocab_size))
+    by_mode = prepared.get("sampling_by_mode") or {c: {THINKING: s} for c, s in prepared["sampling"].items()}
+    records = asyncio.run(send(sides, prompts, by_mode, options, prepared["eval_id"], vocab_size))
     counts = {}
     for category in categories:
         rows = [r for r in records if r["category"] == category]
@@ -235,9 +280,12 @@ def finish_step(config: EvaluateConfig | dict[str, Any], prepared: dict[str, Any
         "tokenizer": prepared["tokenizer"],
         "prompts": prepared["prompts"] | {"requests_per_prompt": options.requests_per_prompt},
         "sampling": prepared["sampling"],
+        "sampling_by_mode": prepared.get("sampling_by_mode"),
         "seed": options.seed,
         "categories": mine["categories"],
         "overall": mine["overall"],
+        "modes": mine["modes"],
+        "categories_by_mode": mine["categories_by_mode"],
     }
     comparison = _comparison(prepared, rows, baseline)
     if comparison is not None:

@@ -180,6 +180,7 @@ def test_a_backfill_whose_runs_plan_at_once_generates_each_sample_once_and_leave
         "eagle_datagen__math": 0,
         "eagle_datagen__chat": 1,  # parsed and present, never run
         "eagle_datagen_release": 1,  # scheduled on the category assets; paused, so the math asset queues it only
+        "eagle_datagen_evaluate": 1,  # triggered by hand (or after a release): never run here
     }
     # All three ran at once, and all three planned before any shard generated: nothing was published yet.
     spans = query(db, "SELECT start_date, end_date FROM dag_run")

@@ -77,7 +77,7 @@ def test_instant_mode_end_to_end_with_its_counts_everywhere(tmp_path, sim):
     )  # fmt: skip
     assert export.returncode == 0, export.stderr[-2000:]
     info = yaml.safe_load((tmp_path / "hf" / "export_info.yaml").read_text())
-    assert info["modes"] == {"instant": len(rows)}
+    assert info["modes"] == {"instant": sum(not r["heldout"] for r in rows)}  # held-out rows are never exported
     assert "modes (rows): instant" in (tmp_path / "hf" / "README.md").read_text()
 
 

@@ -33,6 +33,9 @@ os.environ.update(
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}",
+        # dag.test() re-serializes the DAG folder as the test's recipe shapes it; Airflow skips a DAG written less
+        # than 30 s before, and the run would then use the previous test's version of the DAG (its assets)
+        "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0",
     }
 )
 sys.path.insert(0, str(PLUGINS))  # Airflow does this for plugins/ too; tests import the glue directly

@@ -623,6 +623,23 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         only="a hand override for a renamed model; a scheduled run never has it",
     ),
     Setting(
+        "allow_unchecked_tokenizer",
+        False,
+        "ids no server has confirmed may be another tokenizer's; only for endpoints whose /v1/tokenize cannot be asked",
+        cli="--allow-unchecked-tokenizer",
+        flag=Flag(
+            SGLANG,
+            help=(
+                "use an endpoint whose /v1/tokenize cannot be asked (no route, not JSON) without checking its "
+                "tokenizer against the client's; the manifest records it unchecked"
+            ),
+        ),
+        airflow="extra:allow_unchecked_tokenizer",
+        config="allow_unchecked_tokenizer",
+        option="allow_unchecked_tokenizer",
+        only=_DEPLOYMENT,
+    ),
+    Setting(
         "concurrency",
         None,
         "1.25 x the server's max_running_requests keeps every slot busy",

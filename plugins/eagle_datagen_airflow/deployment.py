@@ -9,7 +9,8 @@ with the tokenizer), `tiktoken_fast_path` (false: encode every prompt through th
 `concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`: how requests spread over
 several replica URLs; docs/prefix_cache.md) and `lost_after` (seconds a server may count fewer requests than the
 run has there before they are called lost: inference/liveness.py) and `drain_hedge` (false: no copies of a run's
-slowest last requests on replicas that fell idle). For example
+slowest last requests on replicas that fell idle) and `allow_unchecked_tokenizer` (true: use an endpoint whose
+/v1/tokenize cannot be asked, recorded unchecked in the manifest: inference/tokenizer_agreement.py). For example
 
     AIRFLOW_CONN_SGLANG_DEFAULT='{"conn_type": "http", "host": "sglang", "port": 30000,
                                   "extra": {"tokenizer": "/models/Kimi-K2.5", "trust_remote_code": true}}'
@@ -49,6 +50,7 @@ EXTRA_KEYS = {
     "balance",
     "lost_after",
     "drain_hedge",
+    "allow_unchecked_tokenizer",
 }
 AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 REGION_VARIABLE = "AWS_DEFAULT_REGION"
@@ -68,6 +70,7 @@ class Deployment:
     balance: str = settings.default_of("balance")
     lost_after: float | None = None  # None: settings.LOST_AFTER_S
     drain_hedge: bool = settings.default_of("drain_hedge")
+    allow_unchecked_tokenizer: bool = settings.default_of("allow_unchecked_tokenizer")
 
 
 def sglang_deployment(conn_id: str) -> Deployment:
@@ -105,6 +108,9 @@ def sglang_deployment(conn_id: str) -> Deployment:
         balance=str(extra.get("balance") or settings.default_of("balance")),
         lost_after=_seconds(conn_id, "lost_after", extra.get("lost_after")),
         drain_hedge=_flag(extra.get("drain_hedge", settings.default_of("drain_hedge"))),
+        allow_unchecked_tokenizer=_flag(
+            extra.get("allow_unchecked_tokenizer", settings.default_of("allow_unchecked_tokenizer"))
+        ),
     )
 
 

@@ -2,7 +2,9 @@
 started without --skip-tokenizer-init and with --trust-remote-code (as Kimi-K2.5 is served): the server loads
 our tokenization_kimi.TikTokenTokenizer through transformers' remote-code path, its /v1/tokenize renders the
 canaries through that code, and the preflight's agreement check runs for real: a run passes it, a client
-tokenizer one token off is stopped."""
+tokenizer one token off is stopped. The comparison through `prompt` (for servers whose /v1/tokenize takes no
+messages) is checked against the real server too: the client's rendered canaries, encoded by it without added
+special tokens, are the client's ids."""
 
 from __future__ import annotations
 
@@ -13,7 +15,13 @@ import pytest
 import requests
 
 from eagle_datagen.errors import ConfigError
-from eagle_datagen.inference.tokenizer_agreement import agreement_check, client_ids
+from eagle_datagen.inference.tokenizer_agreement import (
+    AgreementResult,
+    agreement_check,
+    client_ids,
+    prompt_body,
+    rendered_canaries,
+)
 from eagle_datagen.tokenization.canaries import CANARIES
 from eagle_datagen.tokenization.loader import load_tokenizer
 from eagle_datagen_stack.sglang_engine import ServerOptions
@@ -33,12 +41,12 @@ def engine(tmp_path_factory):
         yield server, proxy
 
 
-def check(url: str, tokenizer) -> None:
-    async def go() -> None:
+def check(url: str, tokenizer) -> AgreementResult:
+    async def go() -> AgreementResult:
         async with aiohttp.ClientSession() as session:
-            await agreement_check(tokenizer)(session, [url])
+            return await agreement_check(tokenizer)(session, [url])
 
-    asyncio.run(go())
+    return asyncio.run(go())
 
 
 def test_the_server_tokenizes_the_canaries_through_the_remote_code_as_the_client(engine, tokenizer):
@@ -51,7 +59,20 @@ def test_the_server_tokenizes_the_canaries_through_the_remote_code_as_the_client
         answer = requests.post(f"{server.url}/v1/tokenize", json=body, timeout=60)
         assert answer.status_code == 200, answer.text
         assert answer.json()["tokens"] == expected[name], name
-    check(server.url, tokenizer)  # no exception
+    assert check(server.url, tokenizer) == AgreementResult({}, {server.url: "messages"})
+
+
+def test_the_prompt_comparison_agrees_with_the_real_server(engine, tokenizer, kimi_profile):
+    """What the check sends where /v1/tokenize takes no messages: the client's rendered text as `prompt`, no added
+    special tokens; the real server's ids are the client's, by the own call and by the fast path alike."""
+    server, _ = engine
+    texts = rendered_canaries(tokenizer)
+    fast = load_tokenizer("standin:kimi-k2.5", kimi_profile, trust_remote_code=True, tiktoken_fast_path=True)
+    for expected in (client_ids(tokenizer), client_ids(tokenizer, fast.encoder())):
+        for name, text in texts.items():
+            answer = requests.post(f"{server.url}/v1/tokenize", json=prompt_body(text), timeout=60)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["tokens"] == expected[name], name
 
 
 def test_a_run_passes_the_agreement_check(engine, tmp_path):

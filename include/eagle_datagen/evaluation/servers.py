@@ -75,6 +75,7 @@ async def check_deployment(
     tokenizer: Any,
     wait_s: float,
     front_end: str = "cli",
+    encode: Any = None,  # the encoder of the evaluation's prompts (LoadedTokenizer.encoder()): the ids it sends
 ) -> list[SpeculativeServer]:
     """Every endpoint must pass (a deployment is measured whole): the run's preflight without its canary, then the
     speculative check. The replicas must serve one drafter."""
@@ -85,7 +86,11 @@ async def check_deployment(
         canary_body=None,
         wait_s=wait_s,
         min_endpoints=len(urls),
-        agreement=agreement_check(tokenizer, front_end) if tokenizer is not None else None,
+        agreement=(
+            agreement_check(tokenizer, front_end, encode=encode, offer_unchecked=False)
+            if tokenizer is not None
+            else None
+        ),
         front_end=front_end,
     )
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120, sock_connect=10)) as session:

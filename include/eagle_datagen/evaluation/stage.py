@@ -149,10 +149,14 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
 
     async def deployments() -> tuple[list[SpeculativeServer], list[SpeculativeServer]]:
         wait = options.preflight_wait_s
-        a = await check_deployment(options.sglang_urls, profile, model, loaded.tokenizer, wait, options.front_end)
+        a = await check_deployment(
+            options.sglang_urls, profile, model, loaded.tokenizer, wait, options.front_end, loaded.encoder()
+        )
         b = []
         if options.compare_urls:
-            b = await check_deployment(options.compare_urls, profile, model, loaded.tokenizer, wait, options.front_end)
+            b = await check_deployment(
+                options.compare_urls, profile, model, loaded.tokenizer, wait, options.front_end, loaded.encoder()
+            )
         return a, b
 
     if not options.sglang_urls:

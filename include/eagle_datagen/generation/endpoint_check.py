@@ -8,15 +8,13 @@ or a share of the endpoints given (inference/endpoint_minimum.py).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
-
 from eagle_datagen import settings
-from eagle_datagen.generation.endpoint_journal import record_left_out
+from eagle_datagen.generation.endpoint_journal import record_left_out, record_tokenizer_check
 from eagle_datagen.inference.endpoint_minimum import MinEndpoints, parse_min_endpoints, required_endpoints
 from eagle_datagen.inference.preflight import ServerInfo, judge_endpoints
+from eagle_datagen.inference.tokenizer_agreement import AgreementCheck
 from eagle_datagen.sources.recipe import Recipe
 from eagle_datagen.storage.output_root import OutputRoot
 
@@ -42,11 +40,12 @@ async def preflight_run(
     allow_model_mismatch: bool,
     wait_s: float,
     by: str,
-    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[dict[str, str]]] | None = None,
+    agreement: AgreementCheck | None = None,
     front_end: str = "cli",
 ) -> list[ServerInfo]:
     """The endpoints that passed; the others recorded as left out of run `run_id` (by `by`: "run", "preflight").
-    `agreement`: the client-vs-server tokenizer check (inference/tokenizer_agreement.py) on those that passed."""
+    `agreement`: the client-vs-server tokenizer check (inference/tokenizer_agreement.py) on those that passed; how
+    each was checked is recorded too (the manifest's validation.tokenizer_check)."""
     verdicts = await judge_endpoints(
         urls,
         setup.profile,
@@ -60,4 +59,6 @@ async def preflight_run(
     )
     if verdicts.left_out:
         record_left_out(root, run_id, [x.to_json() for x in verdicts.left_out], by)
+    if verdicts.tokenizer_check:
+        record_tokenizer_check(root, run_id, verdicts.tokenizer_check, by)
     return verdicts.servers

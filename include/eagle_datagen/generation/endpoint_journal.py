@@ -7,6 +7,8 @@
   user fixes the deployment and reruns, so the ejections before the newest stop no longer hold;
 - `leftout-<stamp>.json`, written by a preflight that left endpoints out of the run (they failed a check),
   each with the reason;
+- `tokcheck-<stamp>.json`, written by a preflight with the tokenizer check: how each endpoint it let into the run
+  had its tokenizer compared with the client's (messages, prompt, no_tokenizer, unchecked: tokenizer_agreement.py);
 - `tally-<stamp>.json`, one per invocation (a command-line run, a shard task), rewritten as it goes and at
   its end: answers per endpoint, quarantined and retried reasons, and the server-fault answers kept as
   evidence (the bad answers that never became rows).
@@ -88,6 +90,27 @@ def left_out_endpoints(root: OutputRoot, run_id: str) -> list[dict[str, Any]]:
     return list(found.values())
 
 
+def record_tokenizer_check(root: OutputRoot, run_id: str, checks: dict[str, str], by: str) -> None:
+    """How a preflight checked the tokenizer of each endpoint it let into the run ({url: comparison})."""
+    record = {"by": by, "at": time.time(), "endpoints": checks}
+    root.write_bytes(endpoints_prefix(run_id) + f"tokcheck-{_stamp()}.json", json.dumps(record, indent=1).encode())
+
+
+# the weakest comparison an endpoint had over the run's preflights is what its data can claim
+CHECK_STRENGTH = ("unchecked", "no_tokenizer", "prompt", "messages")
+
+
+def tokenizer_checks(root: OutputRoot, run_id: str) -> dict[str, str]:
+    """Per endpoint, the weakest tokenizer comparison any preflight of the run made (CHECK_STRENGTH)."""
+    weakest: dict[str, str] = {}
+    for _, raw in _records(root, run_id, "tokcheck"):
+        for url, check in raw.get("endpoints", {}).items():
+            known = weakest.get(url, check)
+            rank = CHECK_STRENGTH.index
+            weakest[url] = min(known, check, key=lambda c: rank(c) if c in CHECK_STRENGTH else -1)
+    return dict(sorted(weakest.items()))
+
+
 def live_ejections(root: OutputRoot, run_id: str) -> list[tuple[str, Ejection]]:
     """(record key, ejection) of the run's ejections since its newest stop: endpoints that stay out."""
     stops = _records(root, run_id, "stop")
@@ -143,6 +166,7 @@ def endpoint_report(root: OutputRoot, run_id: str) -> dict[str, Any]:
         "endpoints": dict(sorted(endpoints.items())),
         "stops": [raw for _, raw in _records(root, run_id, "stop")],
         "left_out": left_out_endpoints(root, run_id),
+        "tokenizer_check": tokenizer_checks(root, run_id),
         "invocations": len(tallies),
         "policies": [tally.get("policy") for _, tally in tallies if tally.get("policy")],
         "evidence": evidence,

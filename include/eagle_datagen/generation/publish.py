@@ -335,6 +335,8 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             "content_breaker": endpoints["policies"][-1] if endpoints["policies"] else None,
             "early_stops": len(endpoints["stops"]),
             "endpoints_left_out": [{"url": x["url"], "reason": x["reason"]} for x in endpoints["left_out"]],
+            # how each endpoint's tokenizer was compared with the client's (the weakest over the run's preflights)
+            "tokenizer_check": endpoints["tokenizer_check"],
         },
     )
     try:

@@ -109,6 +109,7 @@ class RunOptions:
     run_id: str | None = None
     model: str | None = None  # what the servers must serve; default: the profile's model
     allow_model_mismatch: bool = False
+    allow_unchecked_tokenizer: bool = False  # endpoints whose /v1/tokenize cannot be asked are used unchecked
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     shard_size: int = settings.SHARD_SIZE
     concurrency: int | None = None  # per endpoint; default from the server's max_running_requests

@@ -210,7 +210,12 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
             allow_model_mismatch=options.allow_model_mismatch,
             wait_s=options.preflight_wait_s,
             by="run" if isinstance(config, RunContext) else "preflight",
-            agreement=agreement_check(setup.loaded.tokenizer, options.front_end),
+            agreement=agreement_check(
+                setup.loaded.tokenizer,
+                options.front_end,
+                encode=setup.loaded.encoder(),  # the ids the run sends, by the path it encodes with
+                allow_unchecked=options.allow_unchecked_tokenizer,
+            ),
             front_end=options.front_end,
         )
     )

@@ -363,6 +363,9 @@ class LeftOut:
 class EndpointVerdicts:
     servers: list[ServerInfo]  # the endpoints that passed, in the order given
     left_out: list[LeftOut]
+    # how each endpoint that passed had its tokenizer checked (tokenizer_agreement.Comparison: messages, prompt,
+    # no_tokenizer, unchecked); empty without the agreement check
+    tokenizer_check: dict[str, str] = field(default_factory=dict)
 
 
 async def judge_endpoints(
@@ -374,7 +377,8 @@ async def judge_endpoints(
     wait_s: float = settings.WAIT_READY_S,
     canary_timeout_s: float = 600.0,
     min_endpoints: int = settings.MIN_ENDPOINTS,
-    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[dict[str, str]]] | None = None,
+    # tokenizer_agreement.AgreementCheck: (session, urls) -> AgreementResult (left_out {url: why}, checks)
+    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[Any]] | None = None,
     front_end: str = "cli",  # messages name the settings as this front end calls them (settings.named)
 ) -> EndpointVerdicts:
     """Preflight every endpoint; those that fail are left out with a warning. ConfigError (one line) when
@@ -382,7 +386,8 @@ async def judge_endpoints(
     sampling refused, a think token its template should have prefilled) is the run's only when no endpoint
     passes: then it stops the run as it is; when others pass the same canary, it is that endpoint's (a replica
     with a shorter context length, another model) and the endpoint is left out like any other.
-    `agreement`: the client-vs-server tokenizer check, run on the endpoints that passed; those it names are left out."""
+    `agreement`: the client-vs-server tokenizer check, run on the endpoints that passed; those it names are left out,
+    the comparison made on the others is returned (`tokenizer_check`)."""
     check_endpoint_urls(urls)
     timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
 
@@ -397,8 +402,10 @@ async def judge_endpoints(
     async with aiohttp.ClientSession(timeout=timeout) as session:
         verdicts = await asyncio.gather(*(judged(session, url) for url in urls))
         passed = [v.url for v in verdicts if isinstance(v, ServerInfo)]
+        checks: dict[str, str] = {}
         if agreement is not None and passed:  # the client's tokenizer against the servers' (tokenizer_agreement.py)
-            disagreeing = await agreement(session, passed)  # {url: why}: left out like any failed check
+            result = await agreement(session, passed)
+            disagreeing, checks = result.left_out, result.checks  # {url: why}: left out like any failed check
             verdicts = [LeftOut(v.url, disagreeing[v.url]) if v.url in disagreeing else v for v in verdicts]
     servers = [v for v in verdicts if isinstance(v, ServerInfo)]
     left_out = [v for v in verdicts if isinstance(v, LeftOut)]
@@ -422,7 +429,7 @@ async def judge_endpoints(
     if len(weights) > 1:
         raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
     warn_seed_not_reproducible(servers)
-    return EndpointVerdicts(servers, left_out)
+    return EndpointVerdicts(servers, left_out, {s.url: checks[s.url] for s in servers if s.url in checks})
 
 
 def _endpoints_own(left: LeftOut, passed: int) -> LeftOut:
@@ -438,7 +445,7 @@ async def preflight(
     allow_model_mismatch: bool = False,
     wait_s: float = settings.WAIT_READY_S,
     canary_timeout_s: float = 600.0,
-    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[dict[str, str]]] | None = None,
+    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[Any]] | None = None,
 ) -> list[ServerInfo]:
     """Every endpoint must pass (`judge_endpoints` with all of them required)."""
     verdicts = await judge_endpoints(

@@ -4,17 +4,24 @@ The pipeline renders and tokenizes prompts itself and sends `input_ids`; the ser
 tokenizer that differs from the one the server loaded (a look-alike class for the same `model_type`, an older
 `tiktoken.model`, another template) would give prompt ids the model's own tokenizer never produces, and nothing
 downstream would notice. So, where an endpoint loads a tokenizer, a few canary conversations (plain, system
-prompt, tools, multilingual, a prior assistant turn with reasoning: tokenization/canaries.py) are rendered and
-encoded by the server through SGLang's `/v1/tokenize` with `messages` (0.5.23: the chat endpoint's own rendering,
-`add_generation_prompt` passed to the template, encoded without added special tokens), and compared with the
-client's ids, encoded as the pipeline encodes (tokenize.py).
+prompt, tools, multilingual, a prior assistant turn with reasoning: tokenization/canaries.py) are rendered by the
+client and encoded by the run's own encoder (the one its tokenize stage uses: LoadedTokenizer.encoder(), so the ids
+compared are the ids the run sends), and compared with the server's ids, asked one of two ways:
+- `messages`: SGLang's `/v1/tokenize` with chat `messages` (0.5.23: the chat endpoint's own rendering,
+  `add_generation_prompt` passed to the template, encoded without added special tokens): the template and the
+  encoding both checked;
+- `prompt`: where `/v1/tokenize` takes no `messages` (SGLang before 0.5.23 refuses the body 400 for its missing
+  `prompt`; a gateway may answer 422, or 200 without ids), the client's rendered text encoded by the server
+  (`prompt`, `add_special_tokens: false`): the encoding checked, the template only as far as the client renders it.
 
-Verdicts, per endpoint: the same ids on every canary; a mismatch, one line naming the canary, the first differing
-position and both tokens; no tokenizer (`--skip-tokenizer-init`): nothing to compare, the check is skipped and said
-once; or a tokenizer that cannot be asked (no `/v1/tokenize`, another answer than 200, no id list): that endpoint
-fails its preflight and is left out with the reason, as other per-endpoint failures are (inference/preflight.py).
-A mismatch on every endpoint that could be compared is the run's own failure (its tokenizer is not the served one)
-and stops it; a mismatch on some replicas while others agree leaves those replicas out: they are the odd ones.
+Verdicts, per endpoint (`EndpointAgreement.check` names the comparison: messages, prompt, no_tokenizer,
+unchecked): the same ids on every canary; a mismatch, one line naming the canary, the first differing position and
+both tokens; no tokenizer (`--skip-tokenizer-init`): nothing to compare, the check is skipped and said once; or a
+tokenizer that cannot be asked (no `/v1/tokenize` route, an answer that is not JSON, neither form answered with
+ids): that endpoint fails its preflight and is left out with the reason, which names the setting
+`allow_unchecked_tokenizer`; with it, the endpoint is used, said once, and recorded `unchecked`. A mismatch on every
+endpoint that could be compared is the run's own failure (its tokenizer is not the served one) and stops it; a
+mismatch on some replicas while others agree leaves those replicas out: they are the odd ones.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,19 +43,40 @@ from eagle_datagen.tokenization.canaries import CANARIES
 log = logging.getLogger(__name__)
 TOKENIZE_PATH = "/v1/tokenize"
 
-# (session, the endpoints that passed the rest of the preflight) -> {endpoint to leave out: why}
-AgreementCheck = Callable[[aiohttp.ClientSession, list[str]], Awaitable[dict[str, str]]]
+Encode = Callable[[Sequence[str]], list[list[int]]]  # texts -> ids: the run's encoder (LoadedTokenizer.encoder())
+Comparison = Literal["messages", "prompt", "no_tokenizer", "unchecked"]  # what the manifest records per endpoint
 
 
-def client_ids(tokenizer: Any) -> dict[str, list[int]]:
-    """The canaries' prompt ids as the pipeline makes them: the tokenizer's own rendering, encoded in one batch."""
-    names = list(CANARIES)
-    texts = [
-        tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-        for messages, tools in CANARIES.values()
-    ]
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return dict(zip(names, (list(ids) for ids in encoded), strict=True))
+@dataclass(frozen=True)
+class AgreementResult:
+    """The endpoints to leave out (with why) and, for the others, which comparison was made (`Comparison`)."""
+
+    left_out: dict[str, str]
+    checks: dict[str, str]
+
+
+# (session, the endpoints that passed the rest of the preflight) -> what to leave out, how the rest were checked
+AgreementCheck = Callable[[aiohttp.ClientSession, list[str]], Awaitable[AgreementResult]]
+
+
+def rendered_canaries(tokenizer: Any) -> dict[str, str]:
+    """The canaries as the client renders them (the tokenizer's own chat template, generation prompt added)."""
+    return {
+        name: tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        for name, (messages, tools) in CANARIES.items()
+    }
+
+
+def _own_call(tokenizer: Any) -> Encode:
+    return lambda texts: [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+
+def client_ids(tokenizer: Any, encode: Encode | None = None) -> dict[str, list[int]]:
+    """The canaries' prompt ids as the run makes them: the tokenizer's rendering, encoded in one batch by `encode`
+    (the run's encoder; default: the tokenizer's own call)."""
+    texts = rendered_canaries(tokenizer)
+    encoded = (encode or _own_call(tokenizer))(list(texts.values()))
+    return dict(zip(texts, (list(ids) for ids in encoded), strict=True))
 
 
 def first_difference(client: list[int], server: list[int]) -> int | None:
@@ -119,78 +147,149 @@ async def _server_info(session: aiohttp.ClientSession, url: str) -> dict[str, An
     return {}
 
 
-async def _server_ids(
-    session: aiohttp.ClientSession, url: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-) -> tuple[list[int] | None, str]:
-    """The server's ids of one canary, or None and why it could not say."""
-    body: dict[str, Any] = {"messages": messages, "add_generation_prompt": True}
-    if tools:
-        body["tools"] = tools
+@dataclass(frozen=True)
+class ServerAnswer:
+    """The server's ids of one canary, or None, why not and whether the other form may still be asked
+    (`refused`: the body was refused as invalid, 400/422, or answered without ids: the form is not taken)."""
+
+    ids: list[int] | None
+    why: str = ""
+    refused: bool = False
+
+
+async def _server_ids(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> ServerAnswer:
+    """The server's ids for one /v1/tokenize body."""
     async with session.post(url.rstrip("/") + TOKENIZE_PATH, json=body) as response:
         raw = await response.read()
         status = response.status
     if status in (404, 405):
-        return None, f"it has no {TOKENIZE_PATH} route ({status})"
-    if status != 200:
-        return None, f"{TOKENIZE_PATH} answered {status} ({error_message(raw)[:200]})"
+        return ServerAnswer(None, f"it has no {TOKENIZE_PATH} route ({status})")
     try:
-        tokens = json.loads(raw).get("tokens")
-    except (ValueError, AttributeError):
-        tokens = None
+        answer = json.loads(raw)
+    except ValueError:
+        text = raw[:80].decode(errors="replace").strip()
+        return ServerAnswer(None, f"{TOKENIZE_PATH} answered {status} with {text!r}, not JSON")
+    if status in (400, 422):  # a validation error: this form of the body is not taken
+        return ServerAnswer(None, f"{TOKENIZE_PATH} answered {status} ({error_message(raw)[:200]})", refused=True)
+    if status != 200:
+        return ServerAnswer(None, f"{TOKENIZE_PATH} answered {status} ({error_message(raw)[:200]})")
+    tokens = answer.get("tokens") if isinstance(answer, dict) else None
     if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-        return None, f"{TOKENIZE_PATH} answered without a list of token ids"
-    return tokens, ""
+        return ServerAnswer(None, f"{TOKENIZE_PATH} answered without a list of token ids", refused=True)
+    return ServerAnswer(tokens)
+
+
+def messages_body(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"messages": messages, "add_generation_prompt": True}
+    return body | {"tools": tools} if tools else body
+
+
+def prompt_body(text: str) -> dict[str, Any]:
+    """The client's rendered canary, encoded by the server as the client encodes it (no added special tokens)."""
+    return {"prompt": text, "add_special_tokens": False}
 
 
 @dataclass(frozen=True)
 class EndpointAgreement:
-    """One endpoint's verdict: `agrees`, `skipped` (no tokenizer), `unchecked` or `mismatch` (with why)."""
+    """One endpoint's verdict: `agrees`, `skipped` (no tokenizer), `unchecked` (it cannot be asked) or `mismatch`
+    (with why); `check`: the comparison made (messages, prompt) or none (no_tokenizer, unchecked)."""
 
     url: str
     verdict: Literal["agrees", "skipped", "unchecked", "mismatch"]
     why: str = ""
     difference: tuple[str, list[int], list[int], str | None] | None = None  # canary, client ids, server's, its text
+    check: Comparison = "unchecked"
+    cause: str = ""  # unchecked: why the endpoint cannot be asked
 
     def describe(self, tokenizer: Any, fix: str) -> str:
         assert self.difference is not None
         canary, client, server, server_text = self.difference
-        return describe_mismatch(self.url, canary, client, server, tokenizer, server_text, fix)
+        line = describe_mismatch(self.url, canary, client, server, tokenizer, server_text, fix)
+        if self.check == "prompt":  # the server encoded the client's text: say so, it reads differently
+            line = line.replace(" differently", " (the client's rendered text, sent as prompt) differently", 1)
+        return line
+
+
+def unchecked_reason(url: str, why: str, front_end: str | None = "cli") -> str:
+    """One line: the endpoint cannot be asked, and the fixes: serve the route, or (`front_end` given: a command
+    that takes it) the setting that lets the run go on without the check."""
+    serve = f"serve {TOKENIZE_PATH} (SGLang 0.5.23 takes messages, earlier ones a prompt)"
+    fix = serve
+    if front_end is not None:
+        fix += f", or set {settings.named('allow_unchecked_tokenizer', front_end)} to use it unchecked"
+    return f"SGLang at {url} loads a tokenizer, but {why}: the client's tokenizer cannot be compared with it; {fix}"
 
 
 async def check_endpoint_agreement(
-    session: aiohttp.ClientSession, url: str, tokenizer: Any, expected: dict[str, list[int]]
+    session: aiohttp.ClientSession,
+    url: str,
+    tokenizer: Any,
+    expected: dict[str, list[int]],
+    texts: dict[str, str] | None = None,
+    front_end: str | None = "cli",  # None: the command offers no allow_unchecked_tokenizer (evaluate)
 ) -> EndpointAgreement:
-    """The endpoint's canary ids against the client's (`expected`)."""
+    """The endpoint's canary ids against the client's (`expected`, of the client's rendered `texts`): through
+    `messages`, or through `prompt` where the endpoint does not take messages."""
+    texts = texts if texts is not None else rendered_canaries(tokenizer)
+    check: Comparison = "messages"
     try:
         info = await _server_info(session, url)
         if info.get("skip_tokenizer_init") is True:
-            return EndpointAgreement(url, "skipped", f"SGLang at {url} runs with --skip-tokenizer-init")
+            return EndpointAgreement(
+                url, "skipped", f"SGLang at {url} runs with --skip-tokenizer-init", None, "no_tokenizer"
+            )
         for name, (messages, tools) in CANARIES.items():
-            server, why = await _server_ids(session, url, messages, tools)
-            if server is None:
-                return EndpointAgreement(
-                    url,
-                    "unchecked",
-                    f"SGLang at {url} loads a tokenizer, but {why}: the client's tokenizer cannot be compared with it "
-                    f"(SGLang 0.5.23 or later answers {TOKENIZE_PATH} with messages)",
-                )
-            if server != expected[name]:
+            answer = await _server_ids(
+                session, url, messages_body(messages, tools) if check == "messages" else prompt_body(texts[name])
+            )
+            if answer.ids is None and answer.refused and check == "messages":
+                check = "prompt"  # no messages here (SGLang before 0.5.23, a gateway): the client's text instead
+                refusal = answer.why
+                answer = await _server_ids(session, url, prompt_body(texts[name]))
+                if answer.ids is not None:
+                    log.info(
+                        "SGLang at %s takes no messages in %s (%s): comparing the client's rendered canaries as prompt",
+                        url,
+                        TOKENIZE_PATH,
+                        refusal,
+                    )
+            if answer.ids is None:
+                why = unchecked_reason(url, answer.why, front_end)
+                return EndpointAgreement(url, "unchecked", why, cause=answer.why)
+            if answer.ids != expected[name]:
+                server = answer.ids
                 position = first_difference(expected[name], server)
                 text = await _server_text(session, url, server[position]) if position < len(server) else None
-                return EndpointAgreement(url, "mismatch", "", (name, expected[name], server, text))
+                return EndpointAgreement(url, "mismatch", "", (name, expected[name], server, text), check)
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # it passed its preflight: say how this failed
-        detail = " ".join(f"{type(exc).__name__} {exc}".split())[:200]
-        return EndpointAgreement(url, "unchecked", f"SGLang at {url}: {TOKENIZE_PATH} failed ({detail})")
-    return EndpointAgreement(url, "agrees")
+        cause = f"{TOKENIZE_PATH} failed ({' '.join(f'{type(exc).__name__} {exc}'.split())[:200]})"
+        return EndpointAgreement(url, "unchecked", unchecked_reason(url, cause, front_end), cause=cause)
+    return EndpointAgreement(url, "agrees", check=check)
 
 
-def agreement_check(tokenizer: Any, front_end: str = "cli") -> AgreementCheck:
-    """The preflight hook: every endpoint's tokenizer against the client's. Returns the endpoints to leave out,
-    with why; raises RunLevelError when every endpoint that could be compared disagrees."""
+def agreement_check(
+    tokenizer: Any,
+    front_end: str = "cli",
+    encode: Encode | None = None,
+    allow_unchecked: bool = False,
+    offer_unchecked: bool = True,  # False: the command has no allow_unchecked_tokenizer to name (evaluate)
+) -> AgreementCheck:
+    """The preflight hook: every endpoint's tokenizer against the client's, the client's ids by `encode` (the
+    run's encoder; default: the tokenizer's own call). Returns the endpoints to leave out, with why, and the
+    comparison made on each of the others; raises RunLevelError when every endpoint that could be compared
+    disagrees. `allow_unchecked`: an endpoint that cannot be asked is used (recorded `unchecked`), not left out."""
 
-    async def check(session: aiohttp.ClientSession, urls: list[str]) -> dict[str, str]:
-        expected = client_ids(tokenizer)
-        verdicts = await asyncio.gather(*(check_endpoint_agreement(session, url, tokenizer, expected) for url in urls))
+    async def check(session: aiohttp.ClientSession, urls: list[str]) -> AgreementResult:
+        texts = rendered_canaries(tokenizer)
+        expected = client_ids(tokenizer, encode)
+        verdicts = await asyncio.gather(
+            *(
+                check_endpoint_agreement(
+                    session, url, tokenizer, expected, texts, front_end if offer_unchecked else None
+                )
+                for url in urls
+            )
+        )
         by_verdict: dict[str, list[EndpointAgreement]] = {}
         for verdict in verdicts:
             by_verdict.setdefault(verdict.verdict, []).append(verdict)
@@ -201,9 +300,22 @@ def agreement_check(tokenizer: Any, front_end: str = "cli") -> AgreementCheck:
             log.warning("tokenizer agreement check skipped: %s", "; ".join(v.why for v in by_verdict["skipped"]))
         if agreeing:
             log.info(
-                "tokenizer agreement: %d canaries give the same ids on %d endpoint(s)", len(expected), len(agreeing)
+                "tokenizer agreement: %d canaries give the same ids on %d endpoint(s) (%s)",
+                len(expected),
+                len(agreeing),
+                ", ".join(f"{v.url} through {v.check}" for v in agreeing),
             )
-        left_out = {v.url: v.why for v in by_verdict.get("unchecked", [])}
-        return left_out | {v.url: v.describe(tokenizer, REPLICA_FIX) for v in mismatched}
+        unchecked = by_verdict.get("unchecked", [])
+        if unchecked and allow_unchecked:
+            log.warning(
+                "tokenizer check: %d endpoint(s) used unchecked (%s): %s",
+                len(unchecked),
+                settings.named("allow_unchecked_tokenizer", front_end),
+                "; ".join(f"{v.url}: {v.cause}" for v in unchecked),
+            )
+        used = agreeing + by_verdict.get("skipped", []) + (unchecked if allow_unchecked else [])
+        left_out = {} if allow_unchecked else {v.url: v.why for v in unchecked}
+        left_out |= {v.url: v.describe(tokenizer, REPLICA_FIX) for v in mismatched}
+        return AgreementResult(left_out, {v.url: v.check for v in sorted(used, key=lambda v: urls.index(v.url))})
 
     return check

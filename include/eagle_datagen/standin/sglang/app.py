@@ -268,9 +268,9 @@ def build_app(state: SimState) -> web.Application:
     for path in ("/get_server_info", "/server_info"):
         app.router.add_get(path, server_info)
     app.router.add_get("/v1/models", models)
-    for path in ("/v1/tokenize", "/tokenize") if state.config.tokenize_routes else ():
+    for path in ("/v1/tokenize", "/tokenize") if state.config.tokenize_api != "none" else ():
         app.router.add_post(path, handle_tokenize)
-    for path in ("/v1/detokenize", "/detokenize") if state.config.tokenize_routes else ():
+    for path in ("/v1/detokenize", "/detokenize") if state.config.tokenize_api != "none" else ():
         app.router.add_post(path, handle_detokenize)
     app.router.add_route("GET", "/flush_cache", flush_cache)
     app.router.add_route("POST", "/flush_cache", flush_cache)

@@ -12,7 +12,7 @@ import dataclasses
 import signal
 import sys
 
-from eagle_datagen.standin.sglang.config import PROFILES, FaultRates, SimConfig
+from eagle_datagen.standin.sglang.config import PROFILES, TOKENIZE_APIS, FaultRates, SimConfig
 from eagle_datagen.standin.sglang.runner import start_sim_server
 from eagle_datagen.standin.sglang.speculative import SpeculativeConfig
 
@@ -103,6 +103,14 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --tokenizer-path: answer prompts that declare tools with Kimi-format tool calls, one "
         "declared tool after the other, then a plain answer (tool_calls.py)",
+    )
+    model.add_argument(
+        "--tokenize-api",
+        choices=TOKENIZE_APIS,
+        default=d.tokenize_api,
+        help="/v1/tokenize as served: messages (SGLang 0.5.23: a prompt or chat messages), prompt (before 0.5.23: "
+        "a body without `prompt` refused 400), none (no /v1/tokenize or /v1/detokenize route: 404) "
+        f"(default: {d.tokenize_api})",
     )
     model.add_argument(
         "--weight-version", default=d.weight_version, metavar="V", help="weight version to report (default: default)"
@@ -283,6 +291,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         model_path=args.model_path,
         tokenizer_path=args.tokenizer_path,
         tool_calls=args.tool_calls,
+        tokenize_api=args.tokenize_api,
         weight_version=args.weight_version,
         version=args.version,
         enable_deterministic_inference=args.enable_deterministic_inference,

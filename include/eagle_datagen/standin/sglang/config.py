@@ -55,6 +55,7 @@ class FaultRates:
 
 FAULT_KINDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FaultRates))
 LOADS_FAULTS = (None, "hang", "error")
+TOKENIZE_APIS = ("messages", "prompt", "none")  # SimConfig.tokenize_api
 
 
 @dataclass
@@ -63,7 +64,10 @@ class SimConfig:
     model_path: str = "moonshotai/Kimi-K2.5"
     tokenizer_path: str | None = None  # set: decode `text` with it (else `text` is ""); reported either way
     tool_calls: bool = False  # with a tokenizer: answer prompts that declare tools with Kimi tool calls
-    tokenize_routes: bool = True  # /v1/tokenize and /v1/detokenize (False: an SGLang without them, 404)
+    # /v1/tokenize as SGLang answers it: "messages" (0.5.23: `prompt` or chat `messages`), "prompt" (before 0.5.23:
+    # `prompt` only, a body without it refused 400 as FastAPI validation), "none" (no /v1/tokenize nor
+    # /v1/detokenize: 404, as a gateway that does not pass them on)
+    tokenize_api: str = "messages"
     weight_version: str = "default"
     version: str = "0.5.9"  # the SGLang version /get_server_info reports
     tp_size: int = 8

@@ -4,6 +4,10 @@ and `/v1/detokenize` (and `/detokenize`): ids decoded.
 With `messages`, the server renders them with its tokenizer's own `apply_chat_template` (tools passed on,
 `add_generation_prompt` as given, default true) and encodes the text without added special tokens, as the real
 chat endpoint does. A server without a tokenizer (`--skip-tokenizer-init`) cannot answer.
+
+`SimConfig.tokenize_api` "prompt" answers as SGLang before 0.5.23 does: its TokenizeRequest has a required `prompt`
+and no `messages` (an unknown field, ignored), so a body without `prompt` fails FastAPI's validation, which SGLang
+answers 400 with the validation error as the message. ("none": no route at all, app.py.)
 """
 
 from __future__ import annotations
@@ -21,7 +25,18 @@ def _error(message: str, status: int = 400) -> web.Response:
     return web.Response(body=json.dumps(body).encode(), status=status, content_type="application/json")
 
 
-def _tokens(tokenizer: Any, body: dict[str, Any]) -> list[int] | list[list[int]]:
+# SGLang's answer (its RequestValidationError handler: 400, ErrorResponse) to a body without the required `prompt`
+PROMPT_REQUIRED = (
+    "1 validation error:\n  {'type': 'missing', 'loc': ('body', 'prompt'), 'msg': 'Field required'} "
+    "[{'type': 'missing', 'loc': ('body', 'prompt'), 'msg': 'Field required'}]"
+)
+
+
+def _tokens(tokenizer: Any, body: dict[str, Any], api: str = "messages") -> list[int] | list[list[int]]:
+    if api == "prompt":
+        if body.get("prompt") is None:
+            raise ValueError(PROMPT_REQUIRED)
+        body = {k: v for k, v in body.items() if k != "messages"}  # not a field before 0.5.23: ignored
     if (body.get("prompt") is None) == (body.get("messages") is None):
         raise ValueError("Exactly one of 'prompt' or 'messages' must be provided.")
     add_special = bool(body.get("add_special_tokens", True))
@@ -49,7 +64,7 @@ async def handle_tokenize(request: web.Request) -> web.Response:
         body = json.loads(await request.read() or b"{}")
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
-        tokens = _tokens(state.codec.tokenizer, body)
+        tokens = _tokens(state.codec.tokenizer, body, state.config.tokenize_api)
     except (ValueError, TypeError) as exc:
         return _error(str(exc))
     count = [len(t) for t in tokens] if tokens and isinstance(tokens[0], list) else len(tokens)

@@ -5,11 +5,12 @@ SGLang: an Airflow connection (conn type `http` or `generic`) whose host and por
 The extra also says what the deployment serves: `tokenizer` (a directory or hub id of the target
 model's tokenizer; `standin:kimi-k2.5` for the stand-in; else EAGLE_DATAGEN_TOKENIZER on the workers), and
 optionally `profile`, `model`, `trust_remote_code` (else EAGLE_DATAGEN_TRUST_REMOTE_CODE on the workers: it goes
-with the tokenizer), `tiktoken_fast_path` (false: encode every prompt through the tokenizer's own call),
-`concurrency` and `balance` (`prefix-affinity`, the default, or `least-outstanding`: how requests spread over
-several replica URLs; docs/prefix_cache.md) and `lost_after` (seconds a server may count fewer requests than the
-run has there before they are called lost: inference/liveness.py) and `drain_hedge` (false: no copies of a run's
-slowest last requests on replicas that fell idle) and `allow_unchecked_tokenizer` (true: use an endpoint whose
+with the tokenizer), `tiktoken_fast_path` (true: opt in to encoding prompts through the tokenizer's
+tiktoken.Encoding instead of its own call, recorded in the manifest), `concurrency` and `balance`
+(`prefix-affinity`, the default, or `least-outstanding`: how requests spread over several replica URLs;
+docs/prefix_cache.md) and `lost_after` (seconds a server may count fewer requests than the run has there
+before they are called lost: inference/liveness.py) and `drain_hedge` (false: no copies of a run's slowest last
+requests on replicas that fell idle) and `allow_unchecked_tokenizer` (true: use an endpoint whose
 /v1/tokenize cannot be asked, recorded unchecked in the manifest: inference/tokenizer_agreement.py). For example
 
     AIRFLOW_CONN_SGLANG_DEFAULT='{"conn_type": "http", "host": "sglang", "port": 30000,

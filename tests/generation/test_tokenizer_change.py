@@ -64,3 +64,24 @@ def test_a_rerun_with_an_edited_chat_template_is_refused(tmp_path, standin_dir):
     assert rerun.returncode == 1, rerun.stderr[-3000:]
     [line] = [line for line in rerun.stderr.splitlines() if "error:" in line]
     assert "run r1 was made with another tokenizer than this one (chat_template_sha256 " in line, line
+
+
+def test_a_rerun_with_the_other_encode_path_is_refused_and_the_manifest_records_the_path(tmp_path):
+    """The tokenizer's own call makes the ids unless the user opts in to the tiktoken fast path; a run records which
+    in its manifest, and continuing it with the other one is refused in one line naming the setting."""
+    import json
+
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"question {i}?") for i in range(3)])
+    out = tmp_path / "out"
+    with SimServerThread(SimConfig().with_profile("instant")) as sim:
+        args = ["--prompts", str(src), "--output", str(out), "--run-id", "r1", "--sglang-url", sim.url,
+                "--draft-vocab-size", "16", "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code"]  # fmt: skip
+        first = run_cli(args)
+        assert first.returncode == 0, first.stderr[-3000:]
+        rerun = run_cli([*args, "--tiktoken-fast-path"])
+    manifest = json.loads((out / "manifests" / "run=r1.json").read_text())
+    assert manifest["provenance"]["encode_path"] == "own_call"
+    assert rerun.returncode == 1, rerun.stderr[-3000:]
+    [line] = [line for line in rerun.stderr.splitlines() if "error:" in line]
+    assert "run r1's prompt ids were made by own_call, this run would make them by tiktoken_fast_path" in line, line
+    assert "turn off --tiktoken-fast-path as it was" in line

@@ -60,12 +60,13 @@ def test_with_the_flag_it_tokenizes_through_its_own_code(standin_dir, tmp_path):
 
 
 def test_the_tiktoken_fast_path_and_the_own_call_write_the_same_parts(tmp_path):
-    """`--no-tiktoken-fast-path` sends every text through the tokenizer's own call: the same bytes come out."""
+    """The default (the tokenizer's own call) and `--tiktoken-fast-path` write the same bytes for the stand-in; the
+    opt-in is said and recorded (the manifest's provenance says encode_path)."""
     rows = [user_record(f"question {i}: 多少 is {i}+{i}?\tand a tab") for i in range(70)]
     rows.append(user_record("x" + "y" * 30_000))  # a run the remote code cuts: its own call on both sides
     src = write_jsonl(tmp_path / "p.jsonl", rows)
     parts = {}
-    for name, extra in (("fast", []), ("own", ["--no-tiktoken-fast-path"])):
+    for name, extra in (("fast", ["--tiktoken-fast-path"]), ("own", [])):
         out = tmp_path / name
         args = ["tokenize", "--prompts", str(src), "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code",
                 "--max-prompt-tokens", "100000", "--output", str(out), *extra]  # fmt: skip
@@ -73,7 +74,7 @@ def test_the_tiktoken_fast_path_and_the_own_call_write_the_same_parts(tmp_path):
             [sys.executable, "-m", "eagle_datagen.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=300
         )
         assert result.returncode == 0, result.stderr[-2000:]
-        said = "encoding through its tiktoken.Encoding directly" if name == "fast" else "tiktoken fast path is off"
+        said = "as opted in (tiktoken_fast_path)" if name == "fast" else "encoded by the tokenizer's own call"
         assert said in result.stderr
         parts[name] = {p.relative_to(out): p.read_bytes() for p in out.rglob("*.parquet")}
     assert parts["fast"] == parts["own"] and len(parts["fast"]) == 1

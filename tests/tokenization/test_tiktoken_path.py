@@ -1,7 +1,7 @@
-"""The pipeline's fast path over the Kimi tokenizer's tiktoken.Encoding (tokenization/tiktoken_path.py): the ids of
-the tokenizer's own call (transformers' generic slow path through the real-shaped remote code), proven at load,
-refused where a folder could make the two differ, texts beyond the remote code's chunking limits through the own
-call, and a run-time spot check that stops in one line."""
+"""The opt-in fast path over the Kimi tokenizer's tiktoken.Encoding (tokenization/tiktoken_path.py): off by default
+(the tokenizer's own call makes every id); opted in, the ids of the own call (transformers' generic slow path
+through the real-shaped remote code), proven at load, refused where a folder could make the two differ, texts
+beyond the remote code's chunking limits through the own call, and a run-time spot check that stops in one line."""
 
 from __future__ import annotations
 
@@ -36,8 +36,23 @@ from conftest import user_record
 LONG_RUN = "the" * 9000  # 27,000 characters without whitespace: the remote code cuts it, tiktoken alone does not
 
 
-def test_the_stand_in_is_proven_and_its_fast_path_gives_the_own_calls_ids(loaded_tokenizer, tokenizer):
-    assert loaded_tokenizer.tiktoken_encoding is tokenizer.model
+@pytest.fixture(scope="module")
+def fast_loaded(kimi_profile):
+    """The stand-in with the fast path opted in."""
+    return load_tokenizer("standin:kimi-k2.5", kimi_profile, trust_remote_code=True, tiktoken_fast_path=True)
+
+
+def test_the_default_is_the_tokenizers_own_call(loaded_tokenizer, tokenizer, caplog):
+    assert loaded_tokenizer.tiktoken_encoding is None and loaded_tokenizer.encode_path == tiktoken_path.OWN_CALL
+    assert loaded_tokenizer.provenance()["encode_path"] == "own_call"
+    texts = ["a\tb <think> c", LONG_RUN]
+    assert loaded_tokenizer.encoder()(texts) == own_call(tokenizer, texts)
+
+
+def test_the_stand_in_is_proven_and_its_fast_path_gives_the_own_calls_ids(fast_loaded, tokenizer):
+    loaded_tokenizer = fast_loaded
+    assert loaded_tokenizer.tiktoken_encoding is not None
+    assert loaded_tokenizer.provenance()["encode_path"] == "tiktoken_fast_path"
     texts = [
         *render_canaries(tokenizer).values(),
         "<think>hi</think><|im_end|>  trailing   spaces\n\n\tand tabs 12345678 ＡＢＣ",
@@ -58,8 +73,8 @@ def test_texts_beyond_the_chunking_limits_are_recognised():
     assert beyond_chunking_limits("ab " * 140_000)  # 420,000 characters
 
 
-def test_the_pipeline_gives_the_same_ids_with_and_without_the_fast_path(loaded_tokenizer, kimi_profile):
-    slow = load_tokenizer("standin:kimi-k2.5", kimi_profile, trust_remote_code=True, tiktoken_fast_path=False)
+def test_the_pipeline_gives_the_same_ids_with_and_without_the_fast_path(fast_loaded, loaded_tokenizer):
+    slow, loaded_tokenizer = loaded_tokenizer, fast_loaded
     assert slow.tiktoken_encoding is None
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
     rows = [user_record(f"question {i}: 多少 is {i}+{i}?") for i in range(70)]
@@ -74,7 +89,7 @@ def test_the_pipeline_gives_the_same_ids_with_and_without_the_fast_path(loaded_t
     assert [p.prompt_ids for p in two_processes.prompts] == expected
 
 
-def test_one_text_in_spot_check_every_is_compared_with_the_own_call(loaded_tokenizer, tokenizer, monkeypatch):
+def test_one_text_in_spot_check_every_is_compared_with_the_own_call(fast_loaded, tokenizer, monkeypatch):
     seen = []
 
     def counting(tok, texts):
@@ -82,7 +97,7 @@ def test_one_text_in_spot_check_every_is_compared_with_the_own_call(loaded_token
         return own_call(tok, texts)
 
     monkeypatch.setattr(tiktoken_path, "own_call", counting)
-    encode = loaded_tokenizer.encoder()
+    encode = fast_loaded.encoder()
     texts = [f"text {i}" for i in range(2 * SPOT_CHECK_EVERY + 3)]
     encode(texts[:5])
     encode(texts[5:])
@@ -92,12 +107,13 @@ def test_one_text_in_spot_check_every_is_compared_with_the_own_call(loaded_token
 def test_a_spot_check_mismatch_stops_in_one_line(standin_dir, tmp_path, kimi_profile, tokenizer):
     folder = copy_standin(standin_dir, tmp_path / "tok-swapped")
     question, at = swap_byte_ranks(folder)
-    wrong = load_tokenizer(str(folder), kimi_profile, trust_remote_code=True, announce=False).tiktoken_encoding
+    wrong = load_tokenizer(str(folder), kimi_profile, trust_remote_code=True, announce=False, tiktoken_fast_path=True)
+    wrong = wrong.tiktoken_encoding
     encode = TiktokenPath(tokenizer, wrong, "standin:kimi-k2.5")
     with pytest.raises(TokenizerPathMismatch) as info:
         encode(["Is it?", "fine"])
     line = str(info.value)
-    assert "\n" not in line and "'Is it?'" in line and "--no-tiktoken-fast-path" in line
+    assert "\n" not in line and "'Is it?'" in line and "without --tiktoken-fast-path" in line
     assert f"fast path {at}, own call {question}" in line, line
 
 
@@ -105,8 +121,8 @@ def loaded_variant(standin_dir, tmp_path, kimi_profile, name, change, caplog):
     folder = copy_standin(standin_dir, tmp_path / name)
     change(folder)
     with caplog.at_level(logging.WARNING, logger="eagle_datagen.tokenization.loader"):
-        loaded = load_tokenizer(str(folder), kimi_profile, trust_remote_code=True)
-    [warning] = [r.getMessage() for r in caplog.records if "tiktoken.Encoding" in r.getMessage()]
+        loaded = load_tokenizer(str(folder), kimi_profile, trust_remote_code=True, tiktoken_fast_path=True)
+    [warning] = [r.getMessage() for r in caplog.records if "fast path was asked for" in r.getMessage()]
     assert loaded.tiktoken_encoding is None  # every text through the own call
     return loaded, warning
 
@@ -136,26 +152,28 @@ def test_a_folder_that_could_make_the_paths_differ_goes_through_its_own_call(
     standin_dir, tmp_path, kimi_profile, caplog, name, change, reason
 ):
     loaded, warning = loaded_variant(standin_dir, tmp_path, kimi_profile, f"tok-{name}", change, caplog)
-    assert reason in warning and "every text goes through the tokenizer's own call" in warning, warning
+    assert reason in warning and "every prompt is encoded by the tokenizer's own call" in warning, warning
     texts = ["a\tb <think> c", "x <|im_end|> y"]
     assert loaded.encoder()(texts) == own_call(loaded.tokenizer, texts)
 
 
 def test_an_added_token_that_is_not_the_encodings_special_is_refused(standin_dir, tmp_path, kimi_profile):
     folder = copy_standin(standin_dir, tmp_path / "tok-added")
-    loaded = load_tokenizer(str(folder), kimi_profile, trust_remote_code=True, announce=False)
+    loaded = load_tokenizer(str(folder), kimi_profile, trust_remote_code=True, announce=False, tiktoken_fast_path=True)
     loaded.tokenizer.add_tokens([AddedToken("<extra_token>", normalized=False)])
     why = tiktoken_path.prove(loaded.tokenizer, loaded.tokenizer.model, [])
     assert why is not None and "'<extra_token>'" in why and "is not the encoding's special token" in why
 
 
-def test_the_setting_turns_it_off(kimi_profile, caplog):
+def test_opting_in_is_said_as_a_warning(kimi_profile, caplog):
     with caplog.at_level(logging.INFO, logger="eagle_datagen.tokenization.loader"):
-        loaded = load_tokenizer("standin:kimi-k2.5", kimi_profile, trust_remote_code=True, tiktoken_fast_path=False)
-    assert loaded.tiktoken_encoding is None
-    assert "the tiktoken fast path is off" in caplog.text
+        loaded = load_tokenizer("standin:kimi-k2.5", kimi_profile, trust_remote_code=True, tiktoken_fast_path=True)
+    assert loaded.tiktoken_encoding is not None
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "as opted in (tiktoken_fast_path)" in warning.getMessage()
+    assert "not exact by construction" in warning.getMessage()
 
 
 def test_a_tokenizer_without_tiktoken_has_no_fast_path(kimi_profile):
-    loaded = load_tokenizer("standin:kimi-k2.5-fast", kimi_profile, announce=False)
+    loaded = load_tokenizer("standin:kimi-k2.5-fast", kimi_profile, announce=False, tiktoken_fast_path=True)
     assert loaded.tiktoken_encoding is None and tiktoken_path.tiktoken_encoding(loaded.tokenizer) is None

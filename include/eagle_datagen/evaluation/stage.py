@@ -82,8 +82,13 @@ def _prompt_set(options: EvaluateOptions, place: EvaluationPlace, tokenizer: Any
     root = open_output_root(options.prompts.output)
     for manifest in list_manifests(root):  # the stored ids were made by this tokenizer, or the prompts differ
         if not options.runs or manifest["run_id"] in options.runs:
-            check_same_tokenizer(
-                manifest["run_id"], manifest["provenance"], tokenizer.provenance(), "published run", options.front_end
+            check_same_tokenizer(  # its stored ids are sent as they are: whichever path made them
+                manifest["run_id"],
+                manifest["provenance"],
+                tokenizer.provenance(),
+                "published run",
+                options.front_end,
+                encode_path=False,
             )
     prompts = heldout_prompts(root, options.runs, wanted)
     policy = read_policy(root)

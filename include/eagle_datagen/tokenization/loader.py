@@ -11,8 +11,9 @@ tokenize time as `id_beyond_model_vocab` (tokenize.py): SGLang's scheduler dies 
 
 A folder that ships its own tokenizer code (`auto_map`) is tokenized with that code or not at all
 (remote_code.py). The provenance records what tokenized: class and module, the sha256 of `tiktoken.model` and
-of each remote-code file, and of the canary conversations as rendered (canaries.py); a rerun with another
-tokenizer is refused (generation/stage.py).
+of each remote-code file, and of the canary conversations as rendered (canaries.py), and the encode path (the
+tokenizer's own call, or the opted-in tiktoken fast path); a rerun with another tokenizer or path is refused
+(provenance.py).
 """
 
 from __future__ import annotations
@@ -72,11 +73,16 @@ class LoadedTokenizer:
     remote_code: str | None = None  # the auto_map class (`module.Class`) when the folder ships its code
     file_sha256: dict[str, str] = field(default_factory=dict)  # tiktoken.model and each remote-code file
     rendered_template_sha256: str = ""  # the canary conversations as the tokenizer renders them
-    tiktoken_encoding: Any = None  # the tokenizer's tiktoken.Encoding, where proven to give its ids (tiktoken_path.py)
+    tiktoken_encoding: Any = None  # only where the user opted in to the fast path and it passed (tiktoken_path.py)
+
+    @property
+    def encode_path(self) -> str:
+        """What makes the prompt ids: the tokenizer's own call (the default), or the opted-in tiktoken fast path."""
+        return tiktoken_path.FAST_PATH if self.tiktoken_encoding is not None else tiktoken_path.OWN_CALL
 
     def encoder(self) -> Callable[[Sequence[str]], list[list[int]]]:
-        """Texts -> their ids as the tokenizer's own call gives them (by the proven fast path where there is one);
-        one per process and stream (it counts the texts it spot-checks)."""
+        """Texts -> their ids: the tokenizer's own call, or the fast path where the user opted in to it; one per
+        process and stream (the fast path counts the texts it spot-checks)."""
         return tiktoken_path.text_encoder(self.tokenizer, self.spec, self.tiktoken_encoding)
 
     def provenance(self) -> dict[str, Any]:
@@ -90,6 +96,7 @@ class LoadedTokenizer:
             "remote_code": self.remote_code,
             "tokenizer_files_sha256": dict(self.file_sha256),
             "rendered_template_sha256": self.rendered_template_sha256,
+            "encode_path": self.encode_path,
         }
 
 
@@ -216,28 +223,37 @@ def check_tokenizer(tokenizer: Any, profile: ModelProfile, where: str) -> dict[i
 
 
 def _proven_encoding(tokenizer: Any, rendered: dict[str, str], wanted: bool, spec: str, announce: bool) -> Any:
-    """The tokenizer's tiktoken.Encoding where the fast path gives its ids (tiktoken_path.py), else None."""
-    encoding = tiktoken_path.tiktoken_encoding(tokenizer)
-    if encoding is None:
-        return None
+    """The tokenizer's tiktoken.Encoding where the user opted in to the fast path and it passed its checks
+    (tiktoken_path.py), else None: the tokenizer's own call, the default, makes every id."""
     if not wanted:
         if announce:
-            log.info("tokenizer %s: the tiktoken fast path is off, every text goes through its own call", spec)
+            log.info("tokenizer %s: every prompt is encoded by the tokenizer's own call (as SGLang calls it)", spec)
+        return None
+    encoding = tiktoken_path.tiktoken_encoding(tokenizer)
+    if encoding is None:
+        if announce:
+            log.warning(
+                "tokenizer %s: the tiktoken fast path was asked for, but the tokenizer holds no tiktoken.Encoding: "
+                "every prompt is encoded by its own call",
+                spec,
+            )
         return None
     why_not = tiktoken_path.prove(tokenizer, encoding, rendered.values())
     if announce and why_not is not None:
         log.warning(
-            "tokenizer %s: not encoding through its tiktoken.Encoding directly (%s): every text goes through the "
-            "tokenizer's own call (the same ids, several times slower)",
+            "tokenizer %s: the tiktoken fast path was asked for but is not used (%s): every prompt is encoded by the "
+            "tokenizer's own call",
             spec,
             why_not,
         )
     elif announce:
-        log.info(
-            "tokenizer %s: encoding through its tiktoken.Encoding directly (proven at load to give the ids of its "
-            "own call; one text in %d is compared again as the run goes)",
+        log.warning(
+            "tokenizer %s: encoding through its tiktoken.Encoding directly, as opted in (tiktoken_fast_path): checked "
+            "on sample texts at load and one text in %d as the run goes, not exact by construction; the manifest "
+            "records encode_path %s",
             spec,
             tiktoken_path.SPOT_CHECK_EVERY,
+            tiktoken_path.FAST_PATH,
         )
     return encoding if why_not is None else None
 
@@ -247,11 +263,11 @@ def load_tokenizer(
     profile: ModelProfile,
     trust_remote_code: bool = False,
     announce: bool = True,
-    tiktoken_fast_path: bool = True,
+    tiktoken_fast_path: bool = False,
     front_end: str = "cli",  # its messages name settings as this front end calls them
 ) -> LoadedTokenizer:
     """Load and check the tokenizer; `announce=False` (worker processes) keeps the log to the parent's lines.
-    `tiktoken_fast_path`: encode through the tokenizer's tiktoken.Encoding where that is proven the same."""
+    `tiktoken_fast_path` (an opt-in): encode through the tokenizer's tiktoken.Encoding where it passes its checks."""
     path = resolve_tokenizer_path(spec)
     tokenizer, class_ref = _auto_tokenizer(path, trust_remote_code, spec, front_end)
     beyond = check_tokenizer(tokenizer, profile, spec)

@@ -5,7 +5,9 @@ published under an output root (an incremental run, whose samples are recognised
 ids) with another tokenizer would mix two tokenizations in one data set. The hashes cover the tokenizer files
 (`tiktoken.model` among them), each remote-code file, the chat template, and the canary conversations as the
 tokenizer renders them (a changed tool encoder shows there even when no file the loader hashes changed).
-Provenance written before a key existed is compared on the keys both sides have.
+The encode path (`encode_path`: the tokenizer's own call, or the opted-in tiktoken fast path, tiktoken_path.py) is
+compared too: one data set is made by one path. Provenance written before a key existed is compared on the keys
+both sides have.
 """
 
 from __future__ import annotations
@@ -38,8 +40,20 @@ def tokenizer_change(planned: dict[str, Any], current: dict[str, Any]) -> str | 
 
 
 def check_same_tokenizer(
-    run_id: str, planned: dict[str, Any], current: dict[str, Any], what: str, front_end: str = "cli"
+    run_id: str,
+    planned: dict[str, Any],
+    current: dict[str, Any],
+    what: str,
+    front_end: str = "cli",
+    encode_path: bool = True,  # False where the stored ids are read, not made again (evaluate's held-out prompts)
 ) -> None:
+    old, new = planned.get("encode_path"), current.get("encode_path")
+    if encode_path and old and new and old != new:
+        raise ConfigError(
+            f"{what} {run_id}'s prompt ids were made by {old}, this run would make them by {new}: "
+            f"turn {'on' if old == 'tiktoken_fast_path' else 'off'} {settings.named('tiktoken_fast_path', front_end)} "
+            f"as it was, or {settings.new_run_hint(front_end)} under another output"
+        )
     change = tokenizer_change(planned, current)
     if change is not None:
         raise ConfigError(

@@ -60,7 +60,7 @@ class TokenizeOptions:
     seed: int | None = None
     processes: int | None = None
     trust_remote_code: bool = False
-    tiktoken_fast_path: bool = True  # encode through the tokenizer's tiktoken.Encoding where proven the same
+    tiktoken_fast_path: bool = False  # opt-in: encode through the tokenizer's tiktoken.Encoding (tiktoken_path.py)
     # Keep records whose text would put special tokens into the prompt (None: the recipe's, else False).
     allow_special_token_text: bool | None = None
     # How --prompts sources are read (a recipe names these per source): format, column mapping, history.

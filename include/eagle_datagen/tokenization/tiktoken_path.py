@@ -1,24 +1,29 @@
-"""Encode with the tokenizer's own `tiktoken.Encoding`, where that is proven to give the tokenizer's own ids.
+"""The tokenizer's own call, which makes every prompt id by default, and the opt-in tiktoken fast path.
 
-Kimi-K2.5's tokenizer (remote code: `tokenization_kimi.TikTokenTokenizer`) is a slow transformers tokenizer over
-tiktoken. The pipeline's call, `tokenizer(texts, add_special_tokens=False)`, takes transformers' generic path: the
-added-token trie split, one `_tokenize` per piece (the remote code's per-character run splitter, then tiktoken),
-and each token string converted back to its id, most of it Python around tiktoken's Rust BPE: about 0.3x the
-speed of a fast tokenizer (docs/benchmarks.md). `encoding.encode(text, allowed_special="all")` on the
-tokenizer's own encoding does the same work in one call, and gives the same ids when all of this holds, checked
-at load (`prove`):
+Exact by construction: the pipeline's ids come from the call SGLang makes, the tokenizer's own code
+(`own_call`: `tokenizer(texts, add_special_tokens=False)`, what `apply_chat_template(tokenize=True)` does). For the
+Kimi tokenizer (remote code: `tokenization_kimi.TikTokenTokenizer`, a slow transformers tokenizer over tiktoken)
+that is transformers' generic path: the added-token trie split, one `_tokenize` per piece (the remote code's own
+`encode`, its run splitter, then tiktoken), each token string converted back to its id. Its speed comes from
+worker processes (tokenize.py sizes them to the CPUs this process may use), not from replacing it.
+
+The fast path, `encoding.encode(text, allowed_special="all")` on the tokenizer's own `tiktoken.Encoding`, does the
+same work in one call, about 3x faster (docs/benchmarks.md), and gives the same ids only while the tokenizer's own
+code adds nothing to plain tiktoken. Sample texts cannot prove two programs equal: a next `tokenization_kimi.py`
+may normalise Unicode in `encode`, drop characters, cut runs at another length, set something on the instance,
+and agree on every sample. So it is off unless the user opts in (the setting `tiktoken_fast_path`:
+`--tiktoken-fast-path`, the SGLang connection's extra `"tiktoken_fast_path": true`); then, and only where these
+checks at load pass (`prove`), it encodes, and the plan and manifest record `encode_path: tiktoken_fast_path`
+(loader.py), so a rerun or an incremental run with the other path is refused (provenance.py):
 - the added tokens the trie splits on are special tokens of the encoding, at the same ids; none has lstrip,
-  rstrip, single_word or normalized set (which would move or merge text around it); no special token's text
-  holds another's (the trie and tiktoken's alternation could then split differently); split_special_tokens is
-  off; and the class keeps transformers' own generic steps (it overrides none of GENERIC_STEPS);
+  rstrip, single_word or normalized set; no special token's text holds another's; split_special_tokens is off;
+  and the class keeps transformers' own generic steps (it overrides none of GENERIC_STEPS);
 - every ordinary id's token string converts back to that id (the generic path goes through the strings);
 - the canary conversations as rendered (canaries.py), every special token's text and a few edge cases give the
   same ids both ways.
 A text beyond the remote code's chunking limits (over 400,000 characters, or a run of more than 25,000
-whitespace or other characters, which it cuts where tiktoken would fail) goes through the tokenizer's own call.
-At run time one text in SPOT_CHECK_EVERY is also encoded by the tokenizer's own call, and a difference stops the
-run in one line. The setting `tiktoken_fast_path` (settings.py: `--no-tiktoken-fast-path`, the connection extra
-`tiktoken_fast_path: false`) turns it off: every text then goes through the tokenizer's own call.
+whitespace or other characters) goes through the tokenizer's own call. At run time one text in SPOT_CHECK_EVERY
+is also encoded by the own call, and a difference stops the run in one line.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from typing import Any
 from eagle_datagen.errors import DataGenError
 
 log = logging.getLogger(__name__)
+OWN_CALL = "own_call"  # the manifest's encode_path: the tokenizer's own call made every prompt id (the default)
+FAST_PATH = "tiktoken_fast_path"  # ... the opted-in fast path did, the own call where a text was beyond its limits
 MAX_ENCODE_CHARS = 400_000  # tokenization_kimi.py encodes longer texts in pieces this long
 MAX_RUN_CHARS = 25_000  # ... and cuts runs of whitespace or of other characters longer than this
 SPOT_CHECK_EVERY = 64  # one text in this many is encoded both ways at run time (about 3% more time)
@@ -169,14 +176,14 @@ class TiktokenPath:
         if mismatch is not None:
             raise TokenizerPathMismatch(
                 f"tokenizer {self.where}: the tiktoken fast path and the tokenizer's own call disagree on the prompt "
-                f"{mismatch}; rerun with --no-tiktoken-fast-path (in Airflow, the SGLang connection's extra "
-                '"tiktoken_fast_path": false) and report it'
+                f"{mismatch}; rerun without --tiktoken-fast-path (in Airflow, the SGLang connection's extra "
+                '"tiktoken_fast_path": false), the default'
             )
         return [found if found is not None else own[i] for i, found in enumerate(ids)]
 
 
 def text_encoder(tokenizer: Any, where: str, fast_path: Any | None) -> Callable[[Sequence[str]], list[list[int]]]:
-    """The encoder of one process: the fast path over `fast_path` (the proven encoding), or the own call."""
+    """The encoder of one process: the own call, or the opted-in fast path over `fast_path` (the proven encoding)."""
     if fast_path is None:
         return lambda texts: own_call(tokenizer, texts)
     return TiktokenPath(tokenizer, fast_path, where)

@@ -2,10 +2,10 @@
 
 Each prompt is rendered with `apply_chat_template(messages, tools=..., add_generation_prompt=True,
 tokenize=False)` (tools differ per prompt) and a batch of rendered prompts is encoded in one call with
-`add_special_tokens=False`, which is exactly what `apply_chat_template(..., tokenize=True)` does, but
-lets the Rust tokenizer encode the whole batch at once; a slow tokenizer over tiktoken (Kimi-K2.5's remote
-code) is encoded through its tiktoken.Encoding directly where that is proven to give the same ids
-(tiktoken_path.py). Large inputs are split over worker processes.
+`add_special_tokens=False`, which is exactly what `apply_chat_template(..., tokenize=True)` does (and SGLang),
+but lets a Rust tokenizer encode the whole batch at once. The tokenizer's own code makes every id; a slow
+tokenizer over tiktoken (Kimi-K2.5's remote code) is sped up by worker processes, sized to the CPUs the task may
+use (cpus.py), or, only where the user opts in, by its tiktoken.Encoding directly (tiktoken_path.py).
 A record whose strings would put special ids into the prompt that the template did not place (literal
 `<|im_end|>` typed by a user) is rejected as `special_token_text` unless the run allows it
 (special_tokens.py). A prompt holding an id at or above the model's `vocab_size` (a tokenizer larger than
@@ -24,6 +24,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle_datagen.cpus import usable_cpus
 from eagle_datagen.profile import ModelProfile
 from eagle_datagen.progress import Progress
 from eagle_datagen.records import PromptRecord, Reject, excerpt_of
@@ -34,7 +35,7 @@ from eagle_datagen.tokenization.tiktoken_path import own_call
 log = logging.getLogger(__name__)
 BATCH_SIZE = 256
 # Below this many prompts per process, starting workers costs more than it saves.
-MIN_PROMPTS_PER_PROCESS = 2000
+MIN_PROMPTS_PER_PROCESS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +204,8 @@ def _work(records: Sequence[PromptRecord]) -> tuple[list[TokenizedPrompt], list[
 
 
 def auto_processes(n_prompts: int) -> int:
-    return max(1, min(os.cpu_count() or 1, n_prompts // MIN_PROMPTS_PER_PROCESS))
+    """One process per MIN_PROMPTS_PER_PROCESS prompts, at most one per CPU this task may use (cpus.py)."""
+    return max(1, min(usable_cpus(), n_prompts // MIN_PROMPTS_PER_PROCESS))
 
 
 def _chunks(records: Iterable[PromptRecord], size: int) -> Iterator[list[PromptRecord]]:
@@ -261,7 +263,15 @@ def tokenize_stream(
     global _worker
     limits = {"*": max_prompt_tokens} if isinstance(max_prompt_tokens, int) else dict(max_prompt_tokens)
     guard = None if allow_special_token_text else SpecialTokenGuard.of(loaded.tokenizer, loaded.profile)
+    chosen = processes
     processes = processes or auto_processes(total if total is not None else MIN_PROMPTS_PER_PROCESS)
+    log.info(
+        "tokenizing%s with %d process(es) (%s) by %s",
+        f" {total:,} prompts" if total is not None else "",
+        processes,
+        "as set" if chosen else f"one per {MIN_PROMPTS_PER_PROCESS:,} prompts, {usable_cpus()} CPU(s) usable here",
+        "the tokenizer's own call" if loaded.tiktoken_encoding is None else "the opted-in tiktoken fast path",
+    )
     progress = Progress("tokenize", total=total, unit="prompts")
     prompts = rejected = 0
     if processes <= 1:

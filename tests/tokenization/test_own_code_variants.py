@@ -12,6 +12,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 from own_code_variants import VARIANTS
+
 from standin_variants import copy_standin
 
 from conftest import REPO, user_record, write_jsonl

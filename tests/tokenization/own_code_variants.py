@@ -87,6 +87,8 @@ def _token_to_id_remap(folder: Path) -> None:
 
 
 FULLWIDTH = "{i: i - 0xFEE0 for i in range(0xFF01, 0xFF5F)}"
+ZERO_WIDTH = "[\\u200b\\u200c\\u200d\\ufeff]"
+CONTROL = "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]"
 
 # name -> (the change to tokenization_kimi.py, a prompt text on which it makes other ids than plain tiktoken)
 VARIANTS: dict[str, tuple[Callable[[Path], None], str]] = {
@@ -97,8 +99,8 @@ VARIANTS: dict[str, tuple[Callable[[Path], None], str]] = {
     "trailing-whitespace": (_in_tokenize("re.sub(r'[ \\t]+(?=\\n)', '', text)"), "line one   \nline two\t\nend"),
     "crlf": (_in_encode("text.replace('\\r\\n', '\\n')"), "windows\r\nline\r\nendings"),
     "tabs": (_in_tokenize("text.expandtabs(4)"), "col\tcol2\t\tcol3"),
-    "zero-width-dropped": (_in_encode("re.sub('[\\u200b\\u200c\\u200d\\ufeff]', '', text)"), "zero\u200bwidth\u200djoin"),
-    "control-dropped": (_in_encode("re.sub('[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]', '', text)"), "bell\x07 and\x1b esc"),
+    "zero-width-dropped": (_in_encode(f"re.sub('{ZERO_WIDTH}', '', text)"), "zero\u200bwidth\u200djoin"),
+    "control-dropped": (_in_encode(f"re.sub('{CONTROL}', '', text)"), "bell\x07 and\x1b esc"),
     "fullwidth-to-ascii": (_in_encode(f"text.translate({FULLWIDTH})"), "ＡＢＣ１２３！"),
     "nbsp-to-space": (_in_tokenize("text.replace('\\u00a0', ' ')"), "100\u00a0km and\u00a0more"),
     "ellipsis": (_in_encode("text.replace('\\u2026', '...')"), "wait\u2026 what\u2026"),

@@ -131,7 +131,9 @@ def plan_child(prompts: str, output: str, run_id: str, incremental: bool) -> Non
         return inner(loaded, each(), *args, **kwargs)
 
     tokenize_stage.tokenize_stream = counting  # type: ignore[assignment]  (the records handed to the tokenizer)
-    options = TokenizeOptions(output=output, tokenizer="standin:kimi-k2.5", prompts=[prompts], trust_remote_code=True)
+    fast_path = os.environ.get("BENCH_TIKTOKEN_FAST_PATH") == "1"  # the parent's --tiktoken-fast-path
+    options = TokenizeOptions(output=output, tokenizer="standin:kimi-k2.5", prompts=[prompts], trust_remote_code=True,
+                              tiktoken_fast_path=fast_path)  # fmt: skip
     setup = setup_tokenize(options)
     root = open_output_root(output)
     model = setup.profile.model
@@ -251,6 +253,8 @@ def main() -> None:
     parser.add_argument("--incremental-new", type=float, default=0.0)
     parser.add_argument("--scale", type=float, default=1.0, help="prompt length factor (0.05: ~250 tokens)")
     parser.add_argument("--catalog", type=int, default=0, help="also load a catalog of this many stored ids")
+    parser.add_argument("--tiktoken-fast-path", action="store_true",
+                        help="plan with the opt-in tiktoken fast path instead of the tokenizer's own call (the default)")
     parser.add_argument("--plan-child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--catalog-child", nargs=1, help=argparse.SUPPRESS)
     parser.add_argument("--publish-child", nargs=2, help=argparse.SUPPRESS)
@@ -267,7 +271,7 @@ def main() -> None:
         return
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    env = os.environ | {"HF_HUB_OFFLINE": "1"}
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "BENCH_TIKTOKEN_FAST_PATH": "1" if args.tiktoken_fast_path else "0"}
     rows = []
     if args.catalog:
         store = work / f"catalog-{args.catalog}"
@@ -297,10 +301,12 @@ def main() -> None:
                     "--trust-remote-code",
                     "--output",
                     str(output),
+                    *(["--tiktoken-fast-path"] if args.tiktoken_fast_path else []),
                 ]
             else:
                 command = [sys.executable, __file__, "--plan-child", str(source), str(output), "full", "0"]
-            row = {"mode": mode if args.scale == 1 else f"{mode} (x{args.scale} length)", "prompts": n}
+            row = {"mode": mode if args.scale == 1 else f"{mode} (x{args.scale} length)", "prompts": n,
+                   "encode_path": "tiktoken_fast_path" if args.tiktoken_fast_path else "own_call"}  # fmt: skip
             row |= measure(command, env)
             print(json.dumps(row), flush=True)
             rows.append(row)

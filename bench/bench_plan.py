@@ -254,7 +254,7 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="prompt length factor (0.05: ~250 tokens)")
     parser.add_argument("--catalog", type=int, default=0, help="also load a catalog of this many stored ids")
     parser.add_argument("--tiktoken-fast-path", action="store_true",
-                        help="plan with the opt-in tiktoken fast path instead of the tokenizer's own call (the default)")
+                        help="plan with the opt-in tiktoken fast path, not the tokenizer's own call (the default)")
     parser.add_argument("--plan-child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--catalog-child", nargs=1, help=argparse.SUPPRESS)
     parser.add_argument("--publish-child", nargs=2, help=argparse.SUPPRESS)

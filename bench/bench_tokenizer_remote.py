@@ -10,7 +10,8 @@ hits them alike, medians reported:
 - `tokenize_prompts(..., processes=1)`, the pipeline's whole per-prompt work (render with the tokenizer's own
   apply_chat_template, special-token guard, encode in batches, checks): with the fast stand-in, with the remote
   code through the pipeline's tiktoken fast path (tokenization/tiktoken_path.py: proven at load, one text in 64
-  spot-checked against the own call), and with the remote code's own call (the default; the fast path is the opt-in `--tiktoken-fast-path`);
+  spot-checked against the own call), and with the remote code's own call (the default;
+  the fast path is the opt-in `--tiktoken-fast-path`);
 - encoding alone, of the texts the remote code rendered: the fast tokenizer's batch call, the fast path, and the
   remote code's own call `tokenizer(texts, add_special_tokens=False)` (the generic path of the real-shaped code).
 
@@ -58,7 +59,8 @@ def main() -> None:
     args = parser.parse_args()
 
     profile = load_profile("kimi-k2.5")
-    remote = load_tokenizer("standin:kimi-k2.5", profile, trust_remote_code=True, announce=False, tiktoken_fast_path=True)
+    remote = load_tokenizer("standin:kimi-k2.5", profile, trust_remote_code=True, announce=False,
+                            tiktoken_fast_path=True)  # fmt: skip
     own = load_tokenizer("standin:kimi-k2.5", profile, trust_remote_code=True, announce=False)
     fast = load_tokenizer("standin:kimi-k2.5-fast", profile, announce=False)
     assert type(remote.tokenizer).__name__ == "TikTokenTokenizer" and fast.tokenizer.is_fast

@@ -83,5 +83,5 @@ def test_a_rerun_with_the_other_encode_path_is_refused_and_the_manifest_records_
     assert manifest["provenance"]["encode_path"] == "own_call"
     assert rerun.returncode == 1, rerun.stderr[-3000:]
     [line] = [line for line in rerun.stderr.splitlines() if "error:" in line]
-    assert "run r1's prompt ids were made by own_call, this run would make them by tiktoken_fast_path" in line, line
+    assert "run r1's prompt ids were made by own_call, this run would encode them by tiktoken_fast_path" in line, line
     assert "turn off --tiktoken-fast-path as it was" in line

@@ -50,7 +50,7 @@ def check_same_tokenizer(
     old, new = planned.get("encode_path"), current.get("encode_path")
     if encode_path and old and new and old != new:
         raise ConfigError(
-            f"{what} {run_id}'s prompt ids were made by {old}, this run would make them by {new}: "
+            f"{what} {run_id}'s prompt ids were made by {old}, this run would encode them by {new}: "
             f"turn {'on' if old == 'tiktoken_fast_path' else 'off'} {settings.named('tiktoken_fast_path', front_end)} "
             f"as it was, or {settings.new_run_hint(front_end)} under another output"
         )

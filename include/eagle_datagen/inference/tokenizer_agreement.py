@@ -39,6 +39,7 @@ from eagle_datagen import settings
 from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.preflight import RunLevelError
 from eagle_datagen.tokenization.canaries import CANARIES
+from eagle_datagen.tokenization.tiktoken_path import own_call
 
 log = logging.getLogger(__name__)
 TOKENIZE_PATH = "/v1/tokenize"
@@ -67,15 +68,11 @@ def rendered_canaries(tokenizer: Any) -> dict[str, str]:
     }
 
 
-def _own_call(tokenizer: Any) -> Encode:
-    return lambda texts: [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
-
-
 def client_ids(tokenizer: Any, encode: Encode | None = None) -> dict[str, list[int]]:
     """The canaries' prompt ids as the run makes them: the tokenizer's rendering, encoded in one batch by `encode`
     (the run's encoder; default: the tokenizer's own call)."""
     texts = rendered_canaries(tokenizer)
-    encoded = (encode or _own_call(tokenizer))(list(texts.values()))
+    encoded = encode(list(texts.values())) if encode else own_call(tokenizer, list(texts.values()))
     return dict(zip(texts, (list(ids) for ids in encoded), strict=True))
 
 

@@ -1768,6 +1768,7 @@ EVALUATE_SETTINGS: tuple[Setting, ...] = (
         "{default})",
     ),
     _shared("wait_ready", EVAL_DEPLOYMENT),
+    _shared("allow_unchecked_tokenizer", EVAL_DEPLOYMENT),
     *EVALUATE_OWN[5:8],
     _shared("max_new_tokens"),
     _shared("temperature"),

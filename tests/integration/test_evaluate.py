@@ -152,6 +152,23 @@ def test_a_server_without_a_drafter_is_refused_in_one_line_before_any_request(pu
     assert not (published / "evaluations/eval=refused.json").exists()
 
 
+def test_a_server_whose_tokenizer_cannot_be_asked_is_refused_naming_the_setting_and_measured_with_it(
+    published, capsys
+):
+    config = dataclasses.replace(
+        SimConfig(tokenizer_path="standin:kimi-k2.5").with_profile("instant"), speculative=SPEC_A, tokenize_api="none"
+    )
+    with SimServerThread(config) as a:
+        assert evaluate("--output", str(published), "--sglang-url", a.url, "--eval-id", "no-route") == 1
+        assert a.stats()["requests"]["total"] == 0  # no /generate
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "has no /v1/tokenize route (404)" in error and "--allow-unchecked-tokenizer" in error, error
+        assert evaluate("--output", str(published), "--sglang-url", a.url, "--eval-id", "unchecked",
+                        "--allow-unchecked-tokenizer") == 0  # fmt: skip
+    results, records = results_of(published, "unchecked")
+    assert records and all(r["status"] == "ok" for r in records)
+
+
 def test_failed_requests_are_retried_or_counted_never_averaged_in(published):
     with speculative(SPEC_A, error_503=0.3) as a:
         assert evaluate("--output", str(published), "--sglang-url", a.url, "--eval-id", "retried") == 0

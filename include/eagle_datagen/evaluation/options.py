@@ -44,6 +44,7 @@ class EvaluateOptions:
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     liveness: LivenessPolicy = field(default_factory=LivenessPolicy)
     preflight_wait_s: float = settings.WAIT_READY_S
+    allow_unchecked_tokenizer: bool = False  # endpoints whose /v1/tokenize cannot be asked are measured unchecked
     front_end: str = "cli"
 
     @property

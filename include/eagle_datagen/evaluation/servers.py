@@ -76,6 +76,7 @@ async def check_deployment(
     wait_s: float,
     front_end: str = "cli",
     encode: Any = None,  # the encoder of the evaluation's prompts (LoadedTokenizer.encoder()): the ids it sends
+    allow_unchecked: bool = False,  # allow_unchecked_tokenizer: an endpoint whose /v1/tokenize cannot be asked
 ) -> list[SpeculativeServer]:
     """Every endpoint must pass (a deployment is measured whole): the run's preflight without its canary, then the
     speculative check. The replicas must serve one drafter."""
@@ -87,7 +88,7 @@ async def check_deployment(
         wait_s=wait_s,
         min_endpoints=len(urls),
         agreement=(
-            agreement_check(tokenizer, front_end, encode=encode, offer_unchecked=False)
+            agreement_check(tokenizer, front_end, encode=encode, allow_unchecked=allow_unchecked)
             if tokenizer is not None
             else None
         ),

@@ -154,13 +154,15 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
 
     async def deployments() -> tuple[list[SpeculativeServer], list[SpeculativeServer]]:
         wait = options.preflight_wait_s
+        unchecked = options.allow_unchecked_tokenizer
         a = await check_deployment(
-            options.sglang_urls, profile, model, loaded.tokenizer, wait, options.front_end, loaded.encoder()
+            options.sglang_urls, profile, model, loaded.tokenizer, wait, options.front_end, loaded.encoder(), unchecked
         )
         b = []
         if options.compare_urls:
             b = await check_deployment(
-                options.compare_urls, profile, model, loaded.tokenizer, wait, options.front_end, loaded.encoder()
+                options.compare_urls, profile, model, loaded.tokenizer, wait, options.front_end, loaded.encoder(),
+                unchecked,
             )
         return a, b
 

@@ -207,14 +207,14 @@ class EndpointAgreement:
         return line
 
 
-def unchecked_reason(url: str, why: str, front_end: str | None = "cli") -> str:
-    """One line: the endpoint cannot be asked, and the fixes: serve the route, or (`front_end` given: a command
-    that takes it) the setting that lets the run go on without the check."""
-    serve = f"serve {TOKENIZE_PATH} (SGLang 0.5.23 takes messages, earlier ones a prompt)"
-    fix = serve
-    if front_end is not None:
-        fix += f", or set {settings.named('allow_unchecked_tokenizer', front_end)} to use it unchecked"
-    return f"SGLang at {url} loads a tokenizer, but {why}: the client's tokenizer cannot be compared with it; {fix}"
+def unchecked_reason(url: str, why: str, front_end: str = "cli") -> str:
+    """One line: the endpoint cannot be asked, and the fixes: serve the route, or the setting that lets the run
+    (or evaluation) go on without the check."""
+    return (
+        f"SGLang at {url} loads a tokenizer, but {why}: the client's tokenizer cannot be compared with it; serve "
+        f"{TOKENIZE_PATH} (SGLang 0.5.23 takes messages, earlier ones a prompt), or set "
+        f"{settings.named('allow_unchecked_tokenizer', front_end)} to use it unchecked"
+    )
 
 
 async def check_endpoint_agreement(
@@ -223,7 +223,7 @@ async def check_endpoint_agreement(
     tokenizer: Any,
     expected: dict[str, list[int]],
     texts: dict[str, str] | None = None,
-    front_end: str | None = "cli",  # None: the command offers no allow_unchecked_tokenizer (evaluate)
+    front_end: str = "cli",
 ) -> EndpointAgreement:
     """The endpoint's canary ids against the client's (`expected`, of the client's rendered `texts`): through
     `messages`, or through `prompt` where the endpoint does not take messages."""
@@ -269,7 +269,6 @@ def agreement_check(
     front_end: str = "cli",
     encode: Encode | None = None,
     allow_unchecked: bool = False,
-    offer_unchecked: bool = True,  # False: the command has no allow_unchecked_tokenizer to name (evaluate)
 ) -> AgreementCheck:
     """The preflight hook: every endpoint's tokenizer against the client's, the client's ids by `encode` (the
     run's encoder; default: the tokenizer's own call). Returns the endpoints to leave out, with why, and the
@@ -282,7 +281,7 @@ def agreement_check(
         verdicts = await asyncio.gather(
             *(
                 check_endpoint_agreement(
-                    session, url, tokenizer, expected, texts, front_end if offer_unchecked else None
+                    session, url, tokenizer, expected, texts, front_end
                 )
                 for url in urls
             )

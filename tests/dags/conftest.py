@@ -49,3 +49,22 @@ def airflow_db():
 
     db.resetdb()
     Pool.create_or_update_pool("sglang", slots=2, description="shards generating at once", include_deferred=False)
+
+
+@pytest.fixture
+def assets_of_this_test():
+    """Airflow activates one asset per name and per URI: an earlier test's recipe that gave this test's asset names to
+    other URIs keeps this test's assets inactive, and a task whose outlet is inactive fails. A scheduler would
+    orphan the earlier ones once no DAG references them (`_update_asset_orphanage`); none runs here, so the active
+    assets are set aside while this test runs (its dag.test() activates its own) and put back after it."""
+    from airflow.models.asset import AssetActive
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete, select
+
+    with create_session() as session:
+        saved = [(row.name, row.uri) for row in session.scalars(select(AssetActive))]
+        session.execute(delete(AssetActive))
+    yield
+    with create_session() as session:
+        session.execute(delete(AssetActive))
+        session.add_all(AssetActive(name=name, uri=uri) for name, uri in saved)

@@ -14,10 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
 from published_runs import publish, shard_rows  # noqa: E402
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
-# Airflow keeps one asset per name: the recipe name of the other DAG tests (the release asset's URI holds it), or
-# this test's release asset, or theirs, turns inactive in the session's metadata DB
 RECIPE = """\
-name: dagtest
+name: mixtest
 categories:
   math: {sources: [math.jsonl]}
   code: {sources: [code.jsonl]}
@@ -28,7 +26,7 @@ mixes:
 
 
 @pytest.fixture
-def release_dag(tmp_path, monkeypatch):
+def release_dag(tmp_path, monkeypatch, assets_of_this_test):
     from airflow.dag_processing.dagbag import DagBag
 
     (tmp_path / "recipe.yaml").write_text(RECIPE)

@@ -4,24 +4,25 @@
 docs/evaluation-cpu-loop.md says what it shows and what it costs. With the project's own parts, on one machine
 without a GPU:
 
-1. the prompts (the shipped demo prompts of four categories) split per category by a stable hash into training
-   prompts and held-out prompts (never trained on);
-2. on-policy data: `eagle-datagen run` of the training prompts against the real SGLang serving the loop's target
+1. the prompts: the shipped demo prompts of four categories, all of them, with the product's frozen held-out split
+   (`--heldout-fraction`, heldout.py: a stable hash of each prompt sets about 4 in 10 aside, the same in every run);
+2. on-policy data: `eagle-datagen run` of the prompts against the real SGLang serving the loop's target
    (engine/build_loop_target.py); off-policy data: the same run against the stand-in `serve-sim`, whose answers
-   the target did not write;
-3. `eagle-datagen export --format speculators` of each run; the target's hidden states for the exported rows,
+   the target did not write; both under one output root, so both hold out the same prompts;
+3. `eagle-datagen export --format speculators` of each run (which never exports a held-out row); the target's
+   hidden states for the exported rows,
    computed in process with transformers; `speculators train` (0.9.0) on the CPU with one step budget and one
    draft vocabulary (the on-policy run's) for both, and the same draft saved untrained (the random drafter);
    each checkpoint converted to the layout SGLang serves (drafter_training.py, engine/cpu_loop/);
 4. the real SGLang serving the target with each drafter (`--speculative-algorithm EAGLE3`, 3 steps, top-k 1),
-   measured on the held-out prompts (acceptance.evaluate_drafter): accept length per category with 95% intervals.
+   measured by `eagle-datagen evaluate --output ROOT --run-id onpolicy`: the on-policy run's held-out prompts, their
+   stored ids sent as a run sends them (acceptance.py): accept length per category with 95% intervals.
 At most two SGLang servers run at once; each drafter's server starts while the next drafter trains (on one core).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import subprocess
@@ -34,7 +35,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eagle_datagen.records import compute_prompt_id
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen_stack import drafter_training as side
@@ -62,7 +62,7 @@ class LoopSettings:
     trust_remote_code: bool = True
     prompts: Path = DEMO_PROMPTS  # a folder of <category>.jsonl prompt records
     categories: tuple[str, ...] = ("chat", "code", "math", "multilingual")
-    heldout_per_category: int = 6
+    heldout_fraction: float = 0.4  # the product's split: 26 of the 71 demo prompts, 6 to 8 per category
     samples_per_prompt: int = 1
     max_new_tokens: int = 160  # generation; the target writes about 59 tokens on average
     draft_vocab_size: int = 256
@@ -84,20 +84,15 @@ def missing_parts() -> str | None:
     return missing_engine() or side.missing_side_environment()
 
 
-def split_prompts(settings: LoopSettings) -> tuple[Path, Path]:
-    """training.jsonl and heldout.jsonl: per category, the `heldout_per_category` prompts with the lowest prompt-id
-    hash are held out (stable whatever else is added), the rest is for training."""
-    train, heldout = [], []
+def prompt_set(settings: LoopSettings) -> Path:
+    """prompts.jsonl: every prompt of the loop's categories (the runs hold some out by the product's split)."""
+    lines = []
     for category in settings.categories:
-        lines = (settings.prompts / f"{category}.jsonl").read_text(encoding="utf-8").splitlines()
-        records = [json.loads(line) for line in lines if line.strip()]
-        records.sort(key=lambda r: hashlib.sha256(compute_prompt_id(r["messages"], r.get("tools")).encode()).digest())
-        heldout += records[: settings.heldout_per_category]
-        train += records[settings.heldout_per_category :]
-    paths = settings.work / "training.jsonl", settings.work / "heldout.jsonl"
-    for path, records in zip(paths, (train, heldout), strict=True):
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-    return paths
+        text = (settings.prompts / f"{category}.jsonl").read_text(encoding="utf-8")
+        lines += [line for line in text.splitlines() if line.strip()]
+    path = settings.work / "prompts.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
 
 
 class BackgroundServer:
@@ -155,14 +150,15 @@ class LoopRun:
 
     def generate(self, url: str, prompts: Path, run_id: str) -> None:
         self.cli(f"run-{run_id}", "run", "--prompts", str(prompts), *self.tokenizer_args(), "--sglang-url", url,
-                 "--output", str(self.work / "out"), "--run-id", run_id, "--no-canary",
+                 "--output", str(self.output), "--run-id", run_id, "--no-canary",
                  "--samples-per-prompt", str(self.settings.samples_per_prompt),
                  "--max-new-tokens", str(self.settings.max_new_tokens),
-                 "--draft-vocab-size", str(self.settings.draft_vocab_size))
+                 "--draft-vocab-size", str(self.settings.draft_vocab_size),
+                 "--heldout-fraction", str(self.settings.heldout_fraction))
 
     def export(self, run_id: str) -> Path:
         to = self.work / f"{run_id}-speculators"
-        self.cli(f"export-{run_id}", "export", "--output", str(self.work / "out"), "--run-id", run_id,
+        self.cli(f"export-{run_id}", "export", "--output", str(self.output), "--run-id", run_id,
                  "--format", "speculators", "--to", str(to), "--shuffle-seed", "0")
         return to
 
@@ -180,22 +176,22 @@ class LoopRun:
     def run(self) -> LoopResult:
         s = self.settings
         with self.usage as usage:
-            with self.step("prepare: target, prompt split"):
+            with self.step("prepare: target, prompts"):
                 target = s.target or build_loop_target()
                 layers = json.loads((target / "config.json").read_text())["num_hidden_layers"]
                 aux = list(s.aux_layers or side.aux_layer_ids(layers))
-                training, heldout = split_prompts(s)
+                prompts = prompt_set(s)
             with self.step("generate: on-policy (real SGLang) and off-policy (serve-sim)"):
                 plain = BackgroundServer(self.server(target, "sglang-target"))  # starts while serve-sim answers
                 try:
-                    self.off_policy_run(training)
-                    self.generate(plain.url(), training, "onpolicy")
+                    self.off_policy_run(prompts)
+                    self.generate(plain.url(), prompts, "onpolicy")
                 finally:
                     plain.stop()
             with self.step("export and target hidden states"):
                 on_data, off_data = self.export("onpolicy"), self.export("offpolicy")
                 side.target_hidden_states(target, [on_data, off_data], aux, self.logs / "hidden-states.log")
-            request = EvalRequest(heldout, s.tokenizer, s.trust_remote_code, s.eval_max_new_tokens)
+            request = EvalRequest(self.output, "onpolicy", s.tokenizer, s.trust_remote_code, s.eval_max_new_tokens)
             reports: dict[str, dict[str, Any]] = {}
             with self.step("random drafter (untrained)"):
                 self.drafter(target, on_data, on_data, aux, "random")
@@ -225,6 +221,10 @@ class LoopRun:
         result = LoopResult(reports, self.seconds, self.cpu_seconds, usage.peak_bytes, s)
         (self.work / "loop-result.json").write_text(json.dumps(result_json(result), indent=2) + "\n")
         return result
+
+    @property
+    def output(self) -> Path:
+        return self.work / "out"
 
     @property
     def drafters(self) -> Path:

@@ -1,20 +1,25 @@
 """The loop closed on the CPU (issue 30): the project's on-policy data trains an EAGLE-3 drafter that the real
 SGLang target accepts, far beyond an untrained drafter and beyond one trained on another model's answers to the
-same prompts with the same step budget. eagle_datagen_stack.cpu_loop runs the whole chain (generate, export,
-hidden states, `speculators train`, convert, serve with EAGLE3, evaluate on held-out prompts);
+same prompts with the same step budget. eagle_datagen_stack.cpu_loop runs the whole chain with the product's own
+parts (generate with the frozen held-out split, export, hidden states, `speculators train`, convert, serve with
+EAGLE3, `eagle-datagen evaluate` on the on-policy run's held-out prompts);
 docs/evaluation-cpu-loop.md has the table and what it costs (about 6 minutes and 4 GiB on a quiet 2-core machine)."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from eagle_datagen_stack.cpu_loop import DRAFTERS, LoopSettings, format_table, missing_parts, run_loop
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
-HELDOUT_PER_CATEGORY = 6
+HELDOUT = {"chat": 8, "code": 6, "math": 6, "multilingual": 6}  # the demo prompts under the split's fraction 0.4
 WIDE_MARGIN = 1.0  # accept length, of at most 4: on-policy's interval starts this far above random's
 
 
@@ -29,17 +34,29 @@ def _parts_or_skip() -> None:
 
 def test_on_policy_data_trains_the_drafter_the_target_accepts(tmp_path):
     _parts_or_skip()
-    result = run_loop(LoopSettings(work=tmp_path / "loop", heldout_per_category=HELDOUT_PER_CATEGORY))
+    result = run_loop(LoopSettings(work=tmp_path / "loop", heldout_fraction=0.4))
     print(format_table(result))
+    out = tmp_path / "loop" / "out"
+    heldout = {run: heldout_prompt_ids(out, run, ("data", "quarantine")) for run in ("onpolicy", "offpolicy")}
+    assert heldout["onpolicy"] == heldout["offpolicy"]  # one split: the same prompts set aside in both runs
+    assert {c: len(ids) for c, ids in heldout["onpolicy"].items()} == HELDOUT
+    measured = heldout_prompt_ids(out, "onpolicy", ("data",))  # evaluate's prompt set: the run's held-out rows
+    assert min(len(ids) for ids in measured.values()) >= 3, measured  # a few may be quarantined by the run
+    for run in ("onpolicy", "offpolicy"):  # no export holds a held-out row: each is counted as left out
+        info = yaml.safe_load((tmp_path / "loop" / f"{run}-speculators" / "export_info.yaml").read_text())
+        stored = json.loads((out / "manifests" / f"run={run}.json").read_text())["heldout"]["by_category"]
+        assert info["heldout"]["rows_by_category"] == {c: n["data"] for c, n in stored.items() if n["data"]}, run
     reports = result.reports
     categories = sorted(reports["on-policy"]["categories"])
     assert categories == ["chat", "code", "math", "multilingual"]
     for drafter in DRAFTERS:  # every held-out prompt sent and measured, each drafter on its own server
         overall = reports[drafter]["overall"]
-        assert overall["requests"] == HELDOUT_PER_CATEGORY * len(categories), drafter
+        assert reports[drafter]["prompts"]["source"] == "heldout", drafter
+        assert reports[drafter]["prompts"]["per_category"] == {c: len(ids) for c, ids in measured.items()}, drafter
+        assert overall["requests"] == sum(len(ids) for ids in measured.values())
         # At temperature 1 a prompt's first token (the prefill's) is <|im_end|> with P = 0.0015: an answer without a
-        # verify step, hence without spec_* metrics (counted as `unverified` here; perhaps `failed` elsewhere).
-        assert overall["failed"] + overall.get("unverified", 0) <= 1, (drafter, overall)
+        # verify step, hence without spec_* metrics: evaluate counts it `unmeasured`, never averages it in.
+        assert overall["failed"] + overall["unmeasured"] <= 1, (drafter, overall)
         assert reports[drafter]["label"] == drafter
     on, off, random = (reports[d]["overall"]["accept_length"] for d in ("on-policy", "off-policy", "random"))
     assert on["ci95"][0] > random["ci95"][1] + WIDE_MARGIN, format_table(result)
@@ -47,3 +64,16 @@ def test_on_policy_data_trains_the_drafter_the_target_accepts(tmp_path):
     for category in categories:  # and in every category, not only on average
         on_c, random_c = (reports[d]["categories"][category]["accept_length"] for d in ("on-policy", "random"))
         assert on_c["ci95"][0] > random_c["ci95"][1], (category, format_table(result))
+
+
+def heldout_prompt_ids(out: Path, run: str, kinds: tuple[str, ...]) -> dict[str, set[str]]:
+    """The prompt ids of a run's held-out rows (of `kinds`: data, quarantine), per category."""
+    found: dict[str, set[str]] = {}
+    for part in (p for kind in kinds for p in (out / kind).glob(f"category=*/run={run}/*.parquet")):
+        table = pq.read_table(part)
+        if "heldout" not in table.column_names or "prompt_id" not in table.column_names:
+            continue
+        for row in table.select(["category", "prompt_id", "heldout"]).to_pylist():
+            if row["heldout"]:
+                found.setdefault(row["category"], set()).add(row["prompt_id"])
+    return found

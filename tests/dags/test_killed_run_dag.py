@@ -325,6 +325,7 @@ def test_a_dag_run_marked_failed_whose_shard_task_still_runs_is_not_taken_over(d
     from airflow.dag_processing.dagbag import DagBag
 
     from eagle_datagen.generation import steps
+    from eagle_datagen.generation.endpoint_journal import endpoints_prefix
     from eagle_datagen.storage.output_root import LocalOutputRoot
 
     monkeypatch.setenv("EAGLE_DATAGEN_CLAIM_TTL", "8")  # beats 2 s apart; the waiting plan task looks as often
@@ -394,7 +395,8 @@ def test_a_dag_run_marked_failed_whose_shard_task_still_runs_is_not_taken_over(d
     note = json.loads(root.read_bytes(f"claims/taken-over/run={dead_id}.json"))
     assert note["by"] == run_id and note["at"] >= ended_at[0]  # taken over only once the process had ended
     assert "had ended: failed, and no task or process of it runs" in note["why"]
-    first_checkpoint = min(root.list_modified(f"checkpoints/run={run_id}/").values())
-    assert first_checkpoint >= ended_at[0]  # the new run generated nothing while the old process did
+    samples = {key: at for key, at in root.list_modified(f"checkpoints/run={run_id}/").items()
+               if not key.startswith(endpoints_prefix(run_id))}  # its preflight's endpoint journal comes first
+    assert samples and min(samples.values()) >= ended_at[0]  # the new run generated nothing while the old one did
     assert root.list(f"data/category=killedmath/run={dead_id}/")  # the process published its shard (no manifest)
     assert published_samples(deployment["output"], run_id) == PROMPTS

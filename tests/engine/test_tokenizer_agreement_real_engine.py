@@ -20,9 +20,8 @@ from eagle_datagen.inference.tokenizer_agreement import (
     agreement_check,
     client_ids,
     prompt_body,
-    rendered_canaries,
 )
-from eagle_datagen.tokenization.canaries import CANARIES
+from eagle_datagen.tokenization.canaries import CANARIES, render_canaries
 from eagle_datagen.tokenization.loader import load_tokenizer
 from eagle_datagen_stack.sglang_engine import ServerOptions
 from engine_support import published_rows, real_servers
@@ -66,7 +65,7 @@ def test_the_prompt_comparison_agrees_with_the_real_server(engine, tokenizer, ki
     """What the check sends where /v1/tokenize takes no messages: the client's rendered text as `prompt`, no added
     special tokens; the real server's ids are the client's, by the own call and by the fast path alike."""
     server, _ = engine
-    texts = rendered_canaries(tokenizer)
+    texts = render_canaries(tokenizer)
     fast = load_tokenizer("standin:kimi-k2.5", kimi_profile, trust_remote_code=True, tiktoken_fast_path=True)
     for expected in (client_ids(tokenizer), client_ids(tokenizer, fast.encoder())):
         for name, text in texts.items():

@@ -15,7 +15,7 @@ import aiohttp
 
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.inference.preflight import ServerInfo, get_server_info, judge_endpoints
-from eagle_datagen.inference.tokenizer_agreement import agreement_check
+from eagle_datagen.inference.tokenizer_agreement import AgreementCheck
 from eagle_datagen.profile import ModelProfile
 
 # /server_info keys recorded per endpoint: what the acceptance depends on, and what the numbers were measured with
@@ -72,11 +72,9 @@ async def check_deployment(
     urls: list[str],
     profile: ModelProfile,
     model: str,
-    tokenizer: Any,
+    agreement: AgreementCheck | None,  # the client's tokenizer against the servers' (tokenizer_agreement.py)
     wait_s: float,
     front_end: str = "cli",
-    encode: Any = None,  # the encoder of the evaluation's prompts (LoadedTokenizer.encoder()): the ids it sends
-    allow_unchecked: bool = False,  # allow_unchecked_tokenizer: an endpoint whose /v1/tokenize cannot be asked
 ) -> list[SpeculativeServer]:
     """Every endpoint must pass (a deployment is measured whole): the run's preflight without its canary, then the
     speculative check. The replicas must serve one drafter."""
@@ -87,11 +85,7 @@ async def check_deployment(
         canary_body=None,
         wait_s=wait_s,
         min_endpoints=len(urls),
-        agreement=(
-            agreement_check(tokenizer, front_end, encode=encode, allow_unchecked=allow_unchecked)
-            if tokenizer is not None
-            else None
-        ),
+        agreement=agreement,
         front_end=front_end,
     )
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120, sock_connect=10)) as session:

@@ -44,6 +44,7 @@ from eagle_datagen.evaluation.servers import SpeculativeServer, check_deployment
 from eagle_datagen.generation.plan import parquet_bytes
 from eagle_datagen.generation.stage import category_settings, new_run_id
 from eagle_datagen.heldout import read_policy
+from eagle_datagen.inference.tokenizer_agreement import agreement_check
 from eagle_datagen.modes import THINKING
 from eagle_datagen.profile import load_profile
 from eagle_datagen.records import PromptRecord
@@ -153,17 +154,14 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
     model = options.model or profile.model
 
     async def deployments() -> tuple[list[SpeculativeServer], list[SpeculativeServer]]:
-        wait = options.preflight_wait_s
-        unchecked = options.allow_unchecked_tokenizer
-        a = await check_deployment(
-            options.sglang_urls, profile, model, loaded.tokenizer, wait, options.front_end, loaded.encoder(), unchecked
+        wait, front_end = options.preflight_wait_s, options.front_end
+        agreement = agreement_check(  # the ids the evaluation sends, by the path it encodes with
+            loaded.tokenizer, front_end, encode=loaded.encoder(), allow_unchecked=options.allow_unchecked_tokenizer
         )
+        a = await check_deployment(options.sglang_urls, profile, model, agreement, wait, front_end)
         b = []
         if options.compare_urls:
-            b = await check_deployment(
-                options.compare_urls, profile, model, loaded.tokenizer, wait, options.front_end, loaded.encoder(),
-                unchecked,
-            )
+            b = await check_deployment(options.compare_urls, profile, model, agreement, wait, front_end)
         return a, b
 
     if not options.sglang_urls:

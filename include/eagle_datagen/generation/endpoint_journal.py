@@ -102,12 +102,13 @@ CHECK_STRENGTH = ("unchecked", "no_tokenizer", "prompt", "messages")
 
 def tokenizer_checks(root: OutputRoot, run_id: str) -> dict[str, str]:
     """Per endpoint, the weakest tokenizer comparison any preflight of the run made (CHECK_STRENGTH)."""
+    def strength(check: str) -> int:  # a comparison this code does not know counts as the weakest
+        return CHECK_STRENGTH.index(check) if check in CHECK_STRENGTH else -1
+
     weakest: dict[str, str] = {}
     for _, raw in _records(root, run_id, "tokcheck"):
         for url, check in raw.get("endpoints", {}).items():
-            known = weakest.get(url, check)
-            rank = CHECK_STRENGTH.index
-            weakest[url] = min(known, check, key=lambda c: rank(c) if c in CHECK_STRENGTH else -1)
+            weakest[url] = min(weakest.get(url, check), check, key=strength)
     return dict(sorted(weakest.items()))
 
 

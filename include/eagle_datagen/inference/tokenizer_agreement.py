@@ -38,7 +38,7 @@ import aiohttp
 from eagle_datagen import settings
 from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.preflight import RunLevelError
-from eagle_datagen.tokenization.canaries import CANARIES
+from eagle_datagen.tokenization.canaries import CANARIES, render_canaries
 from eagle_datagen.tokenization.tiktoken_path import own_call
 
 log = logging.getLogger(__name__)
@@ -60,18 +60,12 @@ class AgreementResult:
 AgreementCheck = Callable[[aiohttp.ClientSession, list[str]], Awaitable[AgreementResult]]
 
 
-def rendered_canaries(tokenizer: Any) -> dict[str, str]:
-    """The canaries as the client renders them (the tokenizer's own chat template, generation prompt added)."""
-    return {
-        name: tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-        for name, (messages, tools) in CANARIES.items()
-    }
-
-
-def client_ids(tokenizer: Any, encode: Encode | None = None) -> dict[str, list[int]]:
-    """The canaries' prompt ids as the run makes them: the tokenizer's rendering, encoded in one batch by `encode`
-    (the run's encoder; default: the tokenizer's own call)."""
-    texts = rendered_canaries(tokenizer)
+def client_ids(
+    tokenizer: Any, encode: Encode | None = None, texts: dict[str, str] | None = None
+) -> dict[str, list[int]]:
+    """The canaries' prompt ids as the run makes them: the tokenizer's rendering (`texts`, rendered here when not
+    given), encoded in one batch by `encode` (the run's encoder; default: the tokenizer's own call)."""
+    texts = texts if texts is not None else render_canaries(tokenizer)
     encoded = encode(list(texts.values())) if encode else own_call(tokenizer, list(texts.values()))
     return dict(zip(texts, (list(ids) for ids in encoded), strict=True))
 
@@ -227,7 +221,7 @@ async def check_endpoint_agreement(
 ) -> EndpointAgreement:
     """The endpoint's canary ids against the client's (`expected`, of the client's rendered `texts`): through
     `messages`, or through `prompt` where the endpoint does not take messages."""
-    texts = texts if texts is not None else rendered_canaries(tokenizer)
+    texts = texts if texts is not None else render_canaries(tokenizer)
     check: Comparison = "messages"
     try:
         info = await _server_info(session, url)
@@ -276,13 +270,11 @@ def agreement_check(
     disagrees. `allow_unchecked`: an endpoint that cannot be asked is used (recorded `unchecked`), not left out."""
 
     async def check(session: aiohttp.ClientSession, urls: list[str]) -> AgreementResult:
-        texts = rendered_canaries(tokenizer)
-        expected = client_ids(tokenizer, encode)
+        texts = render_canaries(tokenizer)  # once, for the client's ids and the servers' `prompt` form alike
+        expected = client_ids(tokenizer, encode, texts)
         verdicts = await asyncio.gather(
             *(
-                check_endpoint_agreement(
-                    session, url, tokenizer, expected, texts, front_end
-                )
+                check_endpoint_agreement(session, url, tokenizer, expected, texts, front_end)
                 for url in urls
             )
         )

@@ -203,9 +203,10 @@ def _work(records: Sequence[PromptRecord]) -> tuple[list[TokenizedPrompt], list[
     return tokenize_batch(tokenizer, profile, records, limits, guard, encode)
 
 
-def auto_processes(n_prompts: int) -> int:
-    """One process per MIN_PROMPTS_PER_PROCESS prompts, at most one per CPU this task may use (cpus.py)."""
-    return max(1, min(usable_cpus(), n_prompts // MIN_PROMPTS_PER_PROCESS))
+def auto_processes(n_prompts: int, cpus: int | None = None) -> int:
+    """One process per MIN_PROMPTS_PER_PROCESS prompts, at most one per CPU this task may use (`cpus`, else read:
+    cpus.py)."""
+    return max(1, min(cpus or usable_cpus(), n_prompts // MIN_PROMPTS_PER_PROCESS))
 
 
 def _chunks(records: Iterable[PromptRecord], size: int) -> Iterator[list[PromptRecord]]:
@@ -263,14 +264,17 @@ def tokenize_stream(
     global _worker
     limits = {"*": max_prompt_tokens} if isinstance(max_prompt_tokens, int) else dict(max_prompt_tokens)
     guard = None if allow_special_token_text else SpecialTokenGuard.of(loaded.tokenizer, loaded.profile)
-    chosen = processes
-    processes = processes or auto_processes(total if total is not None else MIN_PROMPTS_PER_PROCESS)
+    why = "as set"
+    if not processes:
+        cpus = usable_cpus()
+        processes = auto_processes(total if total is not None else MIN_PROMPTS_PER_PROCESS, cpus)
+        why = f"one per {MIN_PROMPTS_PER_PROCESS:,} prompts, {cpus} CPU(s) usable here"
     log.info(
         "tokenizing%s with %d process(es) (%s) by %s",
         f" {total:,} prompts" if total is not None else "",
         processes,
-        "as set" if chosen else f"one per {MIN_PROMPTS_PER_PROCESS:,} prompts, {usable_cpus()} CPU(s) usable here",
-        "the tokenizer's own call" if loaded.tiktoken_encoding is None else "the opted-in tiktoken fast path",
+        why,
+        loaded.encode_path,
     )
     progress = Progress("tokenize", total=total, unit="prompts")
     prompts = rejected = 0

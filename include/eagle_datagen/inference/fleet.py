@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from eagle_datagen import settings
+from eagle_datagen.errors import ConfigError
 
 # 1 to 1.25 requests in flight per server slot keeps every slot busy; more only adds queue wait.
 WINDOW_PER_SLOT = 1.25
@@ -99,6 +100,8 @@ def find_fleet(
     replicas_behind_url: int | None = None,
     front_end: str = "cli",
 ) -> Fleet:
+    if replicas_behind_url is not None and replicas_behind_url < 1:
+        raise ConfigError(f"{settings.named('replicas_behind_url', front_end)} must be at least 1")
     one = _positive(server_info.get("max_running_requests"))
     if replicas_behind_url:
         return Fleet(replicas_behind_url, one * replicas_behind_url if one else None, SETTING)

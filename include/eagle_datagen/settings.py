@@ -645,17 +645,41 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "concurrency",
         None,
-        "1.25 x the server's max_running_requests keeps every slot busy",
+        "1.25 x the slots behind the URL (every worker's, behind a router) keeps every slot busy",
         cli="--concurrency",
         flag=Flag(
             SGLANG,
-            help="requests in flight per endpoint (default: 1.25 x the server's max_running_requests)",
+            help=(
+                "requests in flight per endpoint (default: 1.25 x the slots behind it: the server's "
+                "max_running_requests, summed over a router's workers)"
+            ),
             metavar="N",
             type="positive_int",
         ),
         airflow="extra:concurrency",
         config="concurrency",
         option="concurrency",
+        only=_DEPLOYMENT,
+        bounds=Bounds(1),
+    ),
+    Setting(
+        "replicas_behind_url",
+        None,
+        "found per URL: a router's workers from its GET /workers (smg), else one server",
+        cli="--replicas-behind-url",
+        flag=Flag(
+            SGLANG,
+            help=(
+                "replicas behind each --sglang-url, for a router or proxy that does not list its workers: the "
+                "window is 1.25 x this many times the slots one answer reports (default: the router's GET /workers, "
+                "else 1)"
+            ),
+            metavar="N",
+            type="positive_int",
+        ),
+        airflow="extra:replicas_behind_url",
+        config="replicas_behind_url",
+        option="replicas_behind_url",
         only=_DEPLOYMENT,
         bounds=Bounds(1),
     ),
@@ -1753,6 +1777,7 @@ EVALUATE_SETTINGS: tuple[Setting, ...] = (
     EVALUATE_OWN[4],
     _shared("model", EVAL_DEPLOYMENT),
     _shared("concurrency", EVAL_DEPLOYMENT),
+    _shared("replicas_behind_url", EVAL_DEPLOYMENT),
     _shared(
         "max_attempts",
         EVAL_DEPLOYMENT,

@@ -6,7 +6,8 @@ The extra also says what the deployment serves: `tokenizer` (a directory or hub 
 model's tokenizer; `standin:kimi-k2.5` for the stand-in; else EAGLE_DATAGEN_TOKENIZER on the workers), and
 optionally `profile`, `model`, `trust_remote_code` (else EAGLE_DATAGEN_TRUST_REMOTE_CODE on the workers: it goes
 with the tokenizer), `tiktoken_fast_path` (true: opt in to encoding prompts through the tokenizer's
-tiktoken.Encoding instead of its own call, recorded in the manifest), `concurrency` and `balance`
+tiktoken.Encoding instead of its own call, recorded in the manifest), `concurrency`, `replicas_behind_url`
+(replicas behind a router or proxy that does not list its workers: inference/fleet.py) and `balance`
 (`prefix-affinity`, the default, or `least-outstanding`: how requests spread over several replica URLs;
 docs/prefix_cache.md) and `lost_after` (seconds a server may count fewer requests than the run has there
 before they are called lost: inference/liveness.py) and `drain_hedge` (false: no copies of a run's slowest last
@@ -48,6 +49,7 @@ EXTRA_KEYS = {
     "trust_remote_code",
     "tiktoken_fast_path",
     "concurrency",
+    "replicas_behind_url",
     "balance",
     "lost_after",
     "drain_hedge",
@@ -68,6 +70,7 @@ class Deployment:
     trust_remote_code: bool = False
     tiktoken_fast_path: bool = settings.default_of("tiktoken_fast_path")
     concurrency: int | None = None
+    replicas_behind_url: int | None = None  # None: the router's GET /workers, else one server
     balance: str = settings.default_of("balance")
     lost_after: float | None = None  # None: settings.LOST_AFTER_S
     drain_hedge: bool = settings.default_of("drain_hedge")
@@ -106,6 +109,7 @@ def sglang_deployment(conn_id: str) -> Deployment:
         ),
         tiktoken_fast_path=_flag(extra.get("tiktoken_fast_path", settings.default_of("tiktoken_fast_path"))),
         concurrency=int(extra["concurrency"]) if extra.get("concurrency") else None,
+        replicas_behind_url=int(extra["replicas_behind_url"]) if extra.get("replicas_behind_url") else None,
         balance=str(extra.get("balance") or settings.default_of("balance")),
         lost_after=_seconds(conn_id, "lost_after", extra.get("lost_after")),
         drain_hedge=_flag(extra.get("drain_hedge", settings.default_of("drain_hedge"))),

@@ -5,6 +5,8 @@ them runs --reasoning-parser, which preflight must flag (the parser acts only on
 from __future__ import annotations
 
 import asyncio
+import math
+import re
 
 import pytest
 import requests
@@ -69,8 +71,12 @@ def test_two_replicas_behind_the_smg_router(replicas, tmp_path):
         proxy.clear()
     with SmgRouter([p.url for p in proxies], replicas["logs"]) as router:
         models = requests.get(f"{router.url}/v1/models", timeout=10)
-        rows, _ = run(tmp_path, [router.url], "routed")
+        rows, result = run(tmp_path, [router.url], "routed")
     assert models.status_code == 200
+    # the window counts both workers, each with the max_running_requests the router read from it
+    sized = re.search(r"SGLang at \S+: 2 replicas \(router /workers\), (\d+) slots, window (\d+)", result.stderr)
+    assert sized, result.stderr[-3000:]
+    assert int(sized[2]) == math.ceil(1.25 * int(sized[1]))
     assert_rows_match_server(rows, [e for p in proxies for e in p.exchanges])
     # the router forwards the client's rid as it is (a string; a list would get 422)
     assert {e.rid for p in proxies for e in p.exchanges if e.rid} >= {r["sample_id"] for r in rows}

@@ -25,7 +25,8 @@ ENV = {
 
 
 def test_connections_from_the_environment():
-    conns = connections(ENV | {"SGLANG_URLS": "http://a:30000, http://b:30000", "SGLANG_CONCURRENCY": "40"})
+    more = {"SGLANG_CONCURRENCY": "40", "SGLANG_REPLICAS_BEHIND_URL": "8"}
+    conns = connections(ENV | {"SGLANG_URLS": "http://a:30000, http://b:30000"} | more)
     assert conns["sglang_default"] == {
         "conn_type": "http",
         "extra": {
@@ -33,6 +34,7 @@ def test_connections_from_the_environment():
             "tokenizer": "/models/Kimi-K2.5",
             "trust_remote_code": True,
             "concurrency": 40,
+            "replicas_behind_url": 8,
         },
     }
     aws = conns["aws_default"]
@@ -46,6 +48,7 @@ def test_connections_from_the_environment():
         ({"SGLANG_URLS": "sglang:30000"}, "SGLANG_URLS has ['sglang:30000']: give each endpoint as http://host:port"),
         ({"SGLANG_TRUST_REMOTE_CODE": "maybe"}, "SGLANG_TRUST_REMOTE_CODE='maybe' is not true or false"),
         ({"SGLANG_CONCURRENCY": "0"}, "SGLANG_CONCURRENCY='0' is not a positive integer"),
+        ({"SGLANG_REPLICAS_BEHIND_URL": "two"}, "SGLANG_REPLICAS_BEHIND_URL='two' is not a positive integer"),
     ],
 )
 def test_bad_settings_name_the_variable(change, message):

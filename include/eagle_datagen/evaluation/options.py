@@ -40,6 +40,7 @@ class EvaluateOptions:
     model: str | None = None  # what the servers must serve; default: the profile's model
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     concurrency: int | None = None  # per endpoint; default from the server's max_running_requests
+    replicas_behind_url: int | None = None  # None: a router's workers from its /workers, else one (inference/fleet.py)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     liveness: LivenessPolicy = field(default_factory=LivenessPolicy)

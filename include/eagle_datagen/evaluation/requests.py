@@ -24,9 +24,9 @@ from eagle_datagen.evaluation.options import EvaluateOptions
 from eagle_datagen.evaluation.prompts import EvalPrompt
 from eagle_datagen.evaluation.records import request_record
 from eagle_datagen.evaluation.servers import SpeculativeServer
-from eagle_datagen.generation.stage import endpoint_window
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.endpoints import Endpoint, EndpointPool
+from eagle_datagen.inference.fleet import endpoint_window
 from eagle_datagen.inference.samples import SampleRequest, sampling_seed_for
 from eagle_datagen.inference.scheduler import generation_details, run_jobs
 from eagle_datagen.progress import Progress
@@ -69,7 +69,8 @@ async def send(
         progress = Progress("evaluate", total=total, unit="requests", details=_details(clients))
         for side in sides:
             endpoints = [
-                Endpoint(s.url, endpoint_window(s.max_running_requests, options.concurrency)) for s in side.servers
+                Endpoint(s.url, endpoint_window(s.slots or s.max_running_requests, options.concurrency, s.replicas))
+                for s in side.servers
             ]
             pool = EndpointPool(endpoints, options.breaker)
             client = GenerateClient(pool, options.retry, vocab_size=vocab_size, liveness=options.liveness)

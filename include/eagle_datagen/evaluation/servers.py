@@ -41,6 +41,8 @@ class SpeculativeServer:
     max_running_requests: int | None
     speculative: dict[str, Any]  # SPECULATIVE_KEYS as /server_info reports them
     sampling_settings: dict[str, Any]  # the server's sampling-relevant settings (preflight.SAMPLING_SETTINGS)
+    replicas: int = 1  # behind the URL (inference/fleet.py)
+    slots: int | None = None  # summed over the replicas
 
     @property
     def draft_model(self) -> str:
@@ -75,6 +77,7 @@ async def check_deployment(
     agreement: AgreementCheck | None,  # the client's tokenizer against the servers' (tokenizer_agreement.py)
     wait_s: float,
     front_end: str = "cli",
+    replicas_behind_url: int | None = None,
 ) -> list[SpeculativeServer]:
     """Every endpoint must pass (a deployment is measured whole): the run's preflight without its canary, then the
     speculative check. The replicas must serve one drafter."""
@@ -87,6 +90,7 @@ async def check_deployment(
         min_endpoints=len(urls),
         agreement=agreement,
         front_end=front_end,
+        replicas_behind_url=replicas_behind_url,
     )
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120, sock_connect=10)) as session:
         infos = await asyncio.gather(*(get_server_info(session, s.url) for s in verdicts.servers))
@@ -109,4 +113,6 @@ def _server(info: ServerInfo, speculative: dict[str, Any]) -> SpeculativeServer:
         max_running_requests=info.max_running_requests,
         speculative=speculative,
         sampling_settings=dict(info.sampling_settings),
+        replicas=info.replicas,
+        slots=info.fleet.slots,
     )

@@ -158,10 +158,11 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
         agreement = agreement_check(  # the ids the evaluation sends, by the path it encodes with
             loaded.tokenizer, front_end, encode=loaded.encoder(), allow_unchecked=options.allow_unchecked_tokenizer
         )
-        a = await check_deployment(options.sglang_urls, profile, model, agreement, wait, front_end)
+        replicas = options.replicas_behind_url
+        a = await check_deployment(options.sglang_urls, profile, model, agreement, wait, front_end, replicas)
         b = []
         if options.compare_urls:
-            b = await check_deployment(options.compare_urls, profile, model, agreement, wait, front_end)
+            b = await check_deployment(options.compare_urls, profile, model, agreement, wait, front_end, replicas)
         return a, b
 
     if not options.sglang_urls:

@@ -42,6 +42,7 @@ async def preflight_run(
     by: str,
     agreement: AgreementCheck | None = None,
     front_end: str = "cli",
+    replicas_behind_url: int | None = None,
 ) -> list[ServerInfo]:
     """The endpoints that passed; the others recorded as left out of run `run_id` (by `by`: "run", "preflight").
     `agreement`: the client-vs-server tokenizer check (inference/tokenizer_agreement.py) on those that passed; how
@@ -56,6 +57,7 @@ async def preflight_run(
         min_endpoints=required_endpoints(min_endpoints(wanted_min, setup.recipe), len(urls)),
         agreement=agreement,
         front_end=front_end,
+        replicas_behind_url=replicas_behind_url,
     )
     if verdicts.left_out:
         record_left_out(root, run_id, [x.to_json() for x in verdicts.left_out], by)

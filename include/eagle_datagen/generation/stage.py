@@ -16,7 +16,6 @@ import dataclasses
 import enum
 import itertools
 import logging
-import math
 import re
 import secrets
 from collections import Counter
@@ -74,9 +73,6 @@ from eagle_datagen.tokenization.stage import TokenizeOptions, TokenizeSetup
 
 log = logging.getLogger(__name__)
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # no dots: manifest artifacts use them
-# 1 to 1.25 requests in flight per server slot keeps every slot busy; more only adds queue wait.
-WINDOW_PER_SLOT = 1.25
-DEFAULT_WINDOW = 64
 CANARY_MESSAGES = [{"role": "user", "content": "Reply with the single word OK."}]
 
 
@@ -113,6 +109,7 @@ class RunOptions:
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     shard_size: int = settings.SHARD_SIZE
     concurrency: int | None = None  # per endpoint; default from the server's max_running_requests
+    replicas_behind_url: int | None = None  # None: a router's workers from its /workers, else one (inference/fleet.py)
     balance: str = settings.BALANCE  # or "least-outstanding" (BALANCE_POLICIES); matters with several URLs
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
@@ -172,11 +169,6 @@ class RunSummary:
         missing += self.incomplete
         what = "; ".join(missing) or "no manifest was written"
         return f"run {self.run_id} is not published: {what}: {settings.resume_hint('cli', self.run_id)} to finish it"
-
-
-def endpoint_window(max_running_requests: int | None, concurrency: int | None = None) -> int:
-    """Requests in flight at one endpoint: `concurrency` when given, else WINDOW_PER_SLOT x its slots."""
-    return concurrency or math.ceil(WINDOW_PER_SLOT * (max_running_requests or DEFAULT_WINDOW))
 
 
 def new_run_id() -> str:
@@ -412,7 +404,9 @@ async def generate_pending(
     to_do = sum(plan.shards[index].samples for index in single) - sum(len(ids) for ids in done.values())
     to_do += len(conversations)
     resumed = sum(plan.shards[index].samples for index in shard_indices) - to_do
-    endpoints = [Endpoint(s.url, endpoint_window(s.max_running_requests, options.concurrency)) for s in servers]
+    endpoints = [Endpoint(s.url, s.window(options.concurrency)) for s in servers]
+    for server, endpoint in zip(servers, endpoints, strict=True):  # what sized each window (inference/fleet.py)
+        log.info("run %s: %s: %s, %d in flight", plan.run_id, server.url, server.fleet.describe(), endpoint.window)
     profile = load_profile(plan.profile)
     journal = EndpointJournal(root, plan.run_id)
     screen = AnswerScreen(

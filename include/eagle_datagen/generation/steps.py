@@ -217,6 +217,7 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
                 allow_unchecked=options.allow_unchecked_tokenizer,
             ),
             front_end=options.front_end,
+            replicas_behind_url=options.replicas_behind_url,
         )
     )
     return [dataclasses.asdict(s) for s in servers]

@@ -35,6 +35,7 @@ import aiohttp
 from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.inference.error_body import error_message
+from eagle_datagen.inference.fleet import SERVER, Fleet, find_fleet
 from eagle_datagen.inference.retry import RetryPolicy, failure_from_status
 from eagle_datagen.profile import ModelProfile
 
@@ -104,6 +105,20 @@ class ServerInfo:
     warnings: list[str] = field(default_factory=list)
     deterministic_inference: bool = False  # --enable-deterministic-inference: only then is sampling_seed honoured
     sampling_settings: dict[str, Any] = field(default_factory=dict)  # SAMPLING_SETTINGS the server reported
+    # what answers behind the URL (inference/fleet.py): a router's workers, or one server
+    replicas: int = 1
+    slots: int | None = None  # summed over the replicas
+    replicas_found_by: str = SERVER
+
+    @property
+    def fleet(self) -> Fleet:
+        one = self.max_running_requests
+        slots = self.slots if self.slots is not None else (one * self.replicas if one else None)
+        return Fleet(self.replicas, slots, self.replicas_found_by)
+
+    def window(self, concurrency: int | None = None) -> int:
+        """Requests in flight at this URL: `concurrency`, else 1.25 x every slot behind it."""
+        return self.fleet.window(concurrency)
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -114,6 +129,10 @@ class ServerInfo:
             "enable_deterministic_inference": self.deterministic_inference,
             "sampling_seed": SEED_REPRODUCIBLE if self.deterministic_inference else SEED_NOT_REPRODUCIBLE,
             "sampling_settings": dict(self.sampling_settings),
+            "max_running_requests": self.max_running_requests,
+            "replicas": self.replicas,
+            "slots": self.fleet.slots,
+            "replicas_found_by": self.replicas_found_by,
         }
 
 
@@ -142,12 +161,14 @@ def same_model(served: str, expected: str) -> bool:
     return PurePosixPath(served.rstrip("/")).name.lower() == PurePosixPath(expected.rstrip("/")).name.lower()
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str, path: str, fallback: str | None = None) -> Any:
-    """GET a JSON object; on a 404, `fallback` (an older name of the same endpoint) instead."""
+async def _get_json(
+    session: aiohttp.ClientSession, url: str, path: str, fallback: str | None = None, optional: bool = False
+) -> Any:
+    """GET a JSON object; on a 404, `fallback` (an older name of the same endpoint) instead, or None if `optional`."""
 
     async def get(_attempt: int) -> Any:
         async with session.get(url.rstrip("/") + path) as response:
-            if response.status == 404 and fallback is not None:
+            if response.status == 404 and (fallback is not None or optional):
                 return None
             if response.status != 200:
                 if failure_from_status(response.status, "").transient:
@@ -175,6 +196,27 @@ async def get_server_info(session: aiohttp.ClientSession, url: str) -> dict[str,
     """The server's `/server_info` (`/get_server_info` on older servers), transient failures retried; ConfigError
     (one line) when it cannot be read."""
     return await _get_json(session, url, "/server_info", fallback="/get_server_info")
+
+
+async def find_replicas(
+    session: aiohttp.ClientSession,
+    url: str,
+    server_info: dict[str, Any],
+    replicas_behind_url: int | None = None,
+    front_end: str = "cli",
+) -> Fleet:
+    """The replicas and slots behind `url` (inference/fleet.py), from the setting or the router's `/workers`."""
+    workers = None
+    if not replicas_behind_url:
+        try:
+            workers = await _get_json(session, url, "/workers", optional=True)  # SGLang itself: 404
+        except ConfigError as exc:  # a router whose admin routes want a key, say: counted as one server
+            log.info("SGLang at %s: GET /workers unreadable (%s)", url, exc)
+    fleet = find_fleet(url, server_info, workers, replicas_behind_url, front_end)
+    if fleet.note:
+        log.warning(fleet.note)
+    log.info("SGLang at %s: %s, window %d", url, fleet.describe(), fleet.window())
+    return fleet
 
 
 async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float, front_end: str = "cli") -> None:
@@ -309,6 +351,7 @@ async def preflight_endpoint(
     allow_model_mismatch: bool = False,
     wait_s: float = settings.WAIT_READY_S,
     front_end: str = "cli",  # messages name the settings as this front end calls them
+    replicas_behind_url: int | None = None,  # the setting; None: found from the router's /workers
 ) -> ServerInfo:
     await _wait_healthy(session, url, wait_s, front_end)
     model_info = await _get_json(session, url, "/get_model_info")
@@ -335,6 +378,7 @@ async def preflight_endpoint(
     for warning in warnings:
         log.warning(warning)
     running = server_info.get("max_running_requests")
+    fleet = await find_replicas(session, url, server_info, replicas_behind_url, front_end)
     return ServerInfo(
         url=url,
         model_path=served,
@@ -344,6 +388,9 @@ async def preflight_endpoint(
         warnings=warnings,
         deterministic_inference=server_info.get("enable_deterministic_inference") is True,
         sampling_settings={k: server_info[k] for k in SAMPLING_SETTINGS if k in server_info},
+        replicas=fleet.replicas,
+        slots=fleet.slots,
+        replicas_found_by=fleet.found_by,
     )
 
 
@@ -380,6 +427,7 @@ async def judge_endpoints(
     # tokenizer_agreement.AgreementCheck: (session, urls) -> AgreementResult (left_out {url: why}, checks)
     agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[Any]] | None = None,
     front_end: str = "cli",  # messages name the settings as this front end calls them (settings.named)
+    replicas_behind_url: int | None = None,  # replicas behind each URL; None: found per URL (inference/fleet.py)
 ) -> EndpointVerdicts:
     """Preflight every endpoint; those that fail are left out with a warning. ConfigError (one line) when
     fewer than `min_endpoints` pass. A failure that looks like the run's own (RunLevelError: the canary of its
@@ -394,7 +442,15 @@ async def judge_endpoints(
     async def judged(session: aiohttp.ClientSession, url: str) -> ServerInfo | LeftOut:
         try:
             return await preflight_endpoint(
-                session, url, profile, expected_model, canary_body, allow_model_mismatch, wait_s, front_end
+                session,
+                url,
+                profile,
+                expected_model,
+                canary_body,
+                allow_model_mismatch,
+                wait_s,
+                front_end,
+                replicas_behind_url,
             )
         except ConfigError as exc:
             return LeftOut(url, str(exc), run_level=isinstance(exc, RunLevelError))
@@ -446,10 +502,20 @@ async def preflight(
     wait_s: float = settings.WAIT_READY_S,
     canary_timeout_s: float = 600.0,
     agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[Any]] | None = None,
+    replicas_behind_url: int | None = None,
 ) -> list[ServerInfo]:
     """Every endpoint must pass (`judge_endpoints` with all of them required)."""
     verdicts = await judge_endpoints(
-        urls, profile, expected_model, canary_body, allow_model_mismatch, wait_s, canary_timeout_s, len(urls), agreement
+        urls,
+        profile,
+        expected_model,
+        canary_body,
+        allow_model_mismatch,
+        wait_s,
+        canary_timeout_s,
+        len(urls),
+        agreement,
+        replicas_behind_url=replicas_behind_url,
     )
     return verdicts.servers
 

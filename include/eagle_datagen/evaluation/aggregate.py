@@ -49,7 +49,7 @@ OVERALL = "overall"
 
 def prompt_totals(rows: Iterable[dict[str, Any]], figure: str) -> dict[tuple[str, str], tuple[float, float]]:
     """(category, prompt_key) -> (numerator, verify steps) of a TOTALS figure, summed over the prompt's `ok`
-    requests."""
+    requests, in key order (the order the bootstrap draws prompts in, so the records give the same interval)."""
     numerator = TOTALS[figure][0]
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for row in rows:
@@ -57,7 +57,7 @@ def prompt_totals(rows: Iterable[dict[str, Any]], figure: str) -> dict[tuple[str
             pair = totals[(row["category"], row["prompt_key"])]
             pair[0] += numerator(row)
             pair[1] += row["spec_verify_ct"]
-    return {key: (pair[0], pair[1]) for key, pair in totals.items()}
+    return {key: (totals[key][0], totals[key][1]) for key in sorted(totals)}  # the bootstrap's order
 
 
 def total_interval(totals: dict[tuple[str, str], tuple[float, float]], figure: str) -> dict[str, Any]:
@@ -67,12 +67,12 @@ def total_interval(totals: dict[tuple[str, str], tuple[float, float]], figure: s
 
 
 def prompt_values(rows: Iterable[dict[str, Any]], metric: str) -> dict[tuple[str, str], float]:
-    """(category, prompt_key) -> the mean of the prompt's measured requests."""
+    """(category, prompt_key) -> the mean of the prompt's measured requests, in key order."""
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     for row in rows:
         if row["status"] == "ok":
             values[(row["category"], row["prompt_key"])].append(row[f"spec_{metric}"])
-    return {key: math.fsum(v) / len(v) for key, v in values.items()}
+    return {key: math.fsum(values[key]) / len(values[key]) for key in sorted(values)}
 
 
 def failure_kind(error: str | None) -> str:

@@ -16,7 +16,11 @@ from eagle_datagen.stats.report import CSS, _colors, _e, _figure, _png, _text
 
 A_COLOR, B_COLOR = "#0969da", "#bf8700"
 DIFF = f"{HEADLINE}_diff"
-PAGE_CSS = CSS + ".verdict{font-size:16px;margin:6px 0 10px}.warn{color:#9a6700}td.ahead{color:#1a7f37;font-weight:600}"
+PAGE_CSS = CSS + (
+    "h3{margin-top:16px}"
+    ".verdict{font-size:16px;margin:6px 0 10px}.warn{color:#9a6700}td.ahead{color:#1a7f37;font-weight:600}"
+    ".charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}.charts figure{flex:1 1 480px;margin:8px 0}"
+)
 
 
 def _value(stat: dict[str, Any] | None) -> float | None:
@@ -93,7 +97,7 @@ def _difference_plot(comparison: dict[str, Any]) -> str | None:
     if not rows:
         return None
     rows.append(("all categories", _diff(comparison["overall"])))
-    fig = Figure(figsize=(7.5, 0.45 * len(rows) + 1.2), layout="constrained")
+    fig = Figure(figsize=(6.0, max(3.6, 0.45 * len(rows) + 1.2)), layout="constrained")
     ax = fig.subplots()
     ys = list(range(len(rows)))[::-1]
     colors = _colors(len(rows))
@@ -102,7 +106,7 @@ def _difference_plot(comparison: dict[str, Any]) -> str | None:
         ax.errorbar([_value(stat)], [y], xerr=[[below], [above]], fmt="o", color=color, capsize=4)
     ax.axvline(0.0, color="#57606a", linewidth=1)
     ax.set_yticks(ys, [_text(c) for c, _ in rows])
-    ax.set_xlabel("accept length (output tokens / verify steps), A - B, paired by prompt (95% interval)")
+    ax.set_xlabel("accept length A - B, paired by prompt (95% interval)")
     ax.grid(axis="x", alpha=0.3)
     return _png(fig)
 
@@ -161,17 +165,15 @@ def _category_table(categories: dict[str, Any], overall: dict[str, Any]) -> str:
 
 
 def _verdict(diff: dict[str, Any] | None) -> str:
-    """A or B ahead when the paired interval is clear of 0 and enough prompts pair; else why not."""
+    """A or B ahead when the paired interval is clear of 0; flagged when too few prompts paired to trust it."""
     if _value(diff) is None:
         return "<span class='bad'>nothing paired</span>"
-    ci = diff.get("ci95")
-    if diff.get("n", 0) < MIN_PROMPTS:
-        return f"<span class='warn'>too few prompts ({diff.get('n', 0)} of at least {MIN_PROMPTS})</span>"
-    if ci and ci[0] > 0:
-        return "A ahead"
-    if ci and ci[1] < 0:
-        return "B ahead"
-    return "<span class='warn'>not separated (the interval holds 0)</span>"
+    ci, n = diff.get("ci95"), diff.get("n", 0)
+    ahead = "A ahead" if ci and ci[0] > 0 else "B ahead" if ci and ci[1] < 0 else None
+    if n < MIN_PROMPTS:
+        shown = f"{ahead} on " if ahead else "not separated: "
+        return f"<span class='warn'>{shown}{n} prompts, too few to trust (at least {MIN_PROMPTS})</span>"
+    return ahead or "<span class='warn'>not separated (the interval holds 0)</span>"
 
 
 def _verdict_table(results: dict[str, Any]) -> str:
@@ -283,6 +285,7 @@ def render_evaluation(results: dict[str, Any]) -> str:
         _summary_line(results),
         _verdict_table(results),
         f"<ul>{warnings}</ul>" if warnings else "",
+        "<div class='charts'>",
         _figure(
             length_png,
             "accept length per category",
@@ -300,6 +303,7 @@ def render_evaluation(results: dict[str, Any]) -> str:
             )
         )
     parts += [
+        "</div>",
         "<h2>Per category</h2>",
         _category_table(results["categories"], overall),
         "<p class='muted'>Accept length: total output tokens / total verify steps over the category's measured "

@@ -19,6 +19,7 @@ DIFF = f"{HEADLINE}_diff"
 PAGE_CSS = CSS + (
     "h3{margin-top:16px}"
     ".verdict{font-size:16px;margin:6px 0 10px}.warn{color:#9a6700}td.ahead{color:#1a7f37;font-weight:600}"
+    ".iv{white-space:nowrap}"
     ".charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}.charts figure{flex:1 1 480px;margin:8px 0}"
 )
 
@@ -45,7 +46,8 @@ def _interval(stat: dict[str, Any] | None, digits: int = 3, signed: bool = False
         return "–"
     ci = stat.get("ci95")
     text = f"{_value(stat):+.{digits}f}" if signed else _number(_value(stat), digits)
-    return text + (f" <span class='muted'>[{_number(ci[0], digits)}, {_number(ci[1], digits)}]</span>" if ci else "")
+    bounds = f" <span class='muted'>[{_number(ci[0], digits)}, {_number(ci[1], digits)}]</span>" if ci else ""
+    return f"<span class='iv'>{text}{bounds}</span>"
 
 
 def _errors(stat: dict[str, Any]) -> tuple[float, float]:
@@ -85,7 +87,8 @@ def _accept_length_plot(results: dict[str, Any]) -> str | None:
     ax.set_ylabel("accept length\n(output tokens / verify steps)")
     ax.set_ylim(bottom=1.0)  # one token per verify step: a drafter that never helps
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    if len(sides) > 1:
+        ax.legend(loc="lower right", fontsize=8)
     return _png(fig)
 
 
@@ -234,24 +237,17 @@ def _differences_table(comparison: dict[str, Any]) -> str:
 
 
 def _warnings(results: dict[str, Any]) -> list[str]:
-    comparison = results.get("comparison")
-    accepted = (comparison or {}).get("accepted_differences") or []
-    found = [f"compared although measured otherwise (--allow-comparison-mismatch): {d}" for d in accepted]
-    if comparison:
-        return found
-    return found + [
-        f"{name}: {_headline(block)['warning']}"
-        for name, block in [*results["categories"].items(), ("all categories", results["overall"])]
-        if _headline(block) and _headline(block).get("warning")
-    ]
+    """The differences a comparison accepted (the tables note a figure's own warnings)."""
+    accepted = (results.get("comparison") or {}).get("accepted_differences") or []
+    return [f"compared although measured otherwise (--allow-comparison-mismatch): {d}" for d in accepted]
 
 
 def _summary_line(results: dict[str, Any]) -> str:
     overall = results["overall"]
     comparison = results.get("comparison")
     text = (
-        f"A: <b>{_e(results['label'])}</b>, accept length <b>{_interval(_headline(overall))}</b> over "
-        f"{overall['prompts']:,} prompts"
+        f"{'A: ' if comparison else ''}<b>{_e(results['label'])}</b>, accept length "
+        f"<b>{_interval(_headline(overall))}</b> over {overall['prompts']:,} prompts"
     )
     if comparison:
         diff = _diff(comparison["overall"])

@@ -1721,6 +1721,27 @@ EVALUATE_OWN: tuple[Setting, ...] = (
         option="eval_id",
         only="Airflow: from the DAG run id",
     ),
+    Setting(
+        "allow_comparison_mismatch",
+        False,
+        "two drafters compare only on one target, one set of draft settings and one sampling",
+        cli="--allow-comparison-mismatch",
+        flag=Flag(
+            EVAL_COMPARISON,
+            help="compare with a deployment or --baseline measured otherwise (another model, weight version, draft "
+            "settings or sampling per category and mode); the results list the differences",
+        ),
+        form="allow_comparison_mismatch",
+        param=FormParam(
+            "boolean",
+            "Allow comparison mismatch",
+            "Compare even when the other deployment or the baseline was measured with another model, weight "
+            "version, draft settings or sampling; the results list the differences.",
+            FORM_EVALUATION,
+        ),
+        config="allow_comparison_mismatch",
+        option="allow_comparison_mismatch",
+    ),
 )
 
 EVALUATE_SETTINGS: tuple[Setting, ...] = (

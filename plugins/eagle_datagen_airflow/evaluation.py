@@ -79,8 +79,8 @@ def finish(work: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
         done = finish_step(work["config"], work["prepared"])
     results = done["results"]
     for category, block in results["categories"].items():
-        stat = block["accept_length"]
-        log.info("%s: accept length %s %s over %d prompts", category, stat["mean"], stat["ci95"], block["prompts"])
+        stat = block["accept_length_total"]  # output tokens / verify steps, as drafter cards give it
+        log.info("%s: accept length %s %s over %d prompts", category, stat["value"], stat["ci95"], block["prompts"])
     return {
         "eval_id": done["eval_id"],
         "json": done["json"],

@@ -46,6 +46,7 @@ class EvaluateOptions:
     liveness: LivenessPolicy = field(default_factory=LivenessPolicy)
     preflight_wait_s: float = settings.WAIT_READY_S
     allow_unchecked_tokenizer: bool = False  # endpoints whose /v1/tokenize cannot be asked are measured unchecked
+    allow_comparison_mismatch: bool = False  # compare with B measured otherwise (comparable.py); the results say so
     front_end: str = "cli"
 
     @property

@@ -92,10 +92,8 @@ def check_apart(recipes: list[AirflowRecipe]) -> None:
                     f"{both} are both named {a.recipe.name!r}: change the name: of one of them (asset URIs carry it)"
                 )
             if a.name == b.name:
-                raise ConfigError(
-                    f"{both} both name their DAGs {a.name or 'as a single recipe does'!r}: set airflow.name in one "
-                    "of them to another name"
-                )
+                named = f"name their DAGs {a.name!r}" if a.name else 'keep the DAG ids of a single recipe (name: "")'
+                raise ConfigError(f"{both} both {named}: set airflow.name in one of them to another name")
             shared = sorted(set(a.dag_ids()) & set(b.dag_ids()))
             if shared:
                 raise ConfigError(f"{both} both make the DAG {shared[0]}: set airflow.name in one of them to another")

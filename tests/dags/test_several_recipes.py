@@ -156,6 +156,11 @@ def misconfigured(tmp_path: Path, case: str) -> tuple[str, str]:
     if case == "same airflow name":
         other = write_recipe(tmp_path / "b", "beta", {"chat": 2}, airflow="airflow:\n  name: alpha\n")
         return f"{alpha},{other}", "both name their DAGs 'alpha': set airflow.name in one of them to another name"
+    if case == "both keep today's ids":
+        kept = 'airflow:\n  name: ""\n  output: /data/out/{}\n'
+        first = write_recipe(tmp_path / "c", "gamma", {"math": 2}, airflow=kept.format("gamma"))
+        other = write_recipe(tmp_path / "b", "beta", {"chat": 2}, airflow=kept.format("beta"))
+        return f"{first},{other}", 'both keep the DAG ids of a single recipe (name: ""): set airflow.name in one'
     if case == "same DAG id":
         other = write_recipe(tmp_path / "b", "beta", {"x": 2}, airflow="airflow:\n  name: alpha__math\n")
         clash = write_recipe(tmp_path / "c", "gamma", {"math__x": 2}, airflow="airflow:\n  name: alpha\n")
@@ -181,6 +186,7 @@ def misconfigured(tmp_path: Path, case: str) -> tuple[str, str]:
 CASES = [
     "same name",
     "same airflow name",
+    "both keep today's ids",
     "same DAG id",
     "same output root",
     "root inside another",

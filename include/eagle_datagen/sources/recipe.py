@@ -20,10 +20,10 @@ decontamination:          # optional: drop prompts that overlap benchmark items 
   benchmarks: [humaneval, {name: gsm8k, path: data/gsm8k_test.jsonl, field: question}]
 near_duplicates: {threshold: 0.7}   # optional: MinHash near-duplicates (sources/near_duplicates.py)
 airflow:                  # optional, read by the Airflow DAGs only: their names and where they run (docs/airflow.md)
-  name: k25               # in the DAG ids; default: the recipe's name when several recipes share one Airflow
-  sglang_conn_id: sglang_k25
-  output: s3://eagle/k25
-  pool: sglang_k25
+  name: k25               # in the DAG ids (eagle_datagen__k25__math); default with several recipes: the recipe's name
+  sglang_conn_id: sglang_kimi   # the forms' default; with several recipes: sglang_<name>, else sglang_default
+  output: s3://eagle/k25  # the forms' default; with several recipes: EAGLE_DATAGEN_OUTPUT/<name>
+  pool: sglang_kimi       # the SGLang tasks' pool; with several recipes: sglang_<name>, else sglang
 mixes:                    # optional: named training mixes for `eagle-datagen export --mix NAME` and the release DAG
   phase1: {weights: {chat: 1, math: 2}, modes: [thinking, instant]}
   phase2: {weights: {chat: 0.25, math: 0}, seed: 1}   # export/mix.py: unnamed categories keep weight 1

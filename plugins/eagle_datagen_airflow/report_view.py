@@ -60,7 +60,10 @@ def report(dag_id: str, run_id: str) -> HTMLResponse:
     from eagle_datagen_airflow.recipe_set import owner_of
     from eagle_datagen_airflow.runs import run_id_for
 
-    owner = owner_of(dag_id)
+    try:
+        owner = owner_of(dag_id)
+    except DataGenError as exc:  # EAGLE_DATAGEN_RECIPE as the DAG files' import errors show it
+        raise HTTPException(409, str(exc)) from None
     if owner is None or (owner[1] is None and dag_id != owner[0].evaluate_dag_id):
         raise HTTPException(404, f"{dag_id!r} is neither an eagle-datagen category nor an evaluate DAG: no report")
     recipe, category = owner

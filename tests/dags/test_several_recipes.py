@@ -221,6 +221,21 @@ def test_a_collision_is_an_import_error_of_every_dag_file(monkeypatch, tmp_path)
         assert f"ConfigError: recipes {tmp_path}" in error and message in error
 
 
+def test_the_report_tab_says_why_while_the_recipes_collide(monkeypatch, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from eagle_datagen_airflow.report_view import app, can_read_runs
+
+    recipes, message = misconfigured(tmp_path, "same airflow name")
+    monkeypatch.setenv("EAGLE_DATAGEN_RECIPE", recipes)
+    app.dependency_overrides[can_read_runs] = lambda: None
+    try:
+        page = TestClient(app).get("/report/eagle_datagen__alpha__math/manual__1")
+    finally:
+        app.dependency_overrides.clear()
+    assert page.status_code == 409 and message in page.json()["detail"]
+
+
 # --- a run of each recipe, side by side: its own server, pool and output root; its own release asset
 
 

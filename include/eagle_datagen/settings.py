@@ -1103,7 +1103,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "output",
         None,
-        "no default on the command line; the form's is EAGLE_DATAGEN_OUTPUT",
+        "no default on the command line; the form's is the recipe's airflow.output, else EAGLE_DATAGEN_OUTPUT "
+        "(with several recipes in one Airflow: EAGLE_DATAGEN_OUTPUT/<airflow.name>)",
         cli="--output",
         flag=Flag(
             OUTPUT,
@@ -1119,10 +1120,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             FORM_DEPLOYMENT,
             schema={"pattern": OUTPUT_PATTERN},
         ),
+        recipe="airflow.output",
         config="output",
         option="prompts.output",
         required=True,
-        only=_DEPLOYMENT,
+        only="the recipe's airflow.output is read by the DAGs only (the default of their form)",
     ),
     Setting(
         "run_id",
@@ -1429,6 +1431,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             FORM_DEPLOYMENT,
             schema={"minLength": 1},
         ),
+        recipe="airflow.sglang_conn_id",  # the form's default; with several recipes: sglang_<airflow.name>
         only="Airflow-only: the connection that holds the deployment's settings",
     ),
     Setting(
@@ -1446,6 +1449,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             FORM_DEPLOYMENT,
             schema={"minLength": 1},
         ),
+        recipe="airflow.aws_conn_id",  # the form's default
         only="Airflow-only: the command line reads the AWS environment",
     ),
 )
@@ -1467,6 +1471,11 @@ RECIPE_STRUCTURE = frozenset(
         "mixes.weights",
         "mixes.modes",
         "mixes.seed",
+        # the recipe's DAGs in Airflow (plugins/eagle_datagen_airflow/recipe_set.py): the name in their ids and
+        # assets, and the pool of their SGLang tasks; they shape the DAGs, not a run
+        "airflow",
+        "airflow.name",
+        "airflow.pool",
     }
 )
 

@@ -21,7 +21,6 @@ from eagle_datagen_airflow.deployment import object_store, sglang_deployment
 from eagle_datagen_airflow.runs import refuse_unknown_conf, sanitize
 
 log = logging.getLogger(__name__)
-EVALUATE_DAG_ID = "eagle_datagen_evaluate"
 
 
 def eval_id_for(dag_run_id: str) -> str:

@@ -346,6 +346,8 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             "endpoints_left_out": [{"url": x["url"], "reason": x["reason"]} for x in endpoints["left_out"]],
             # how each endpoint's tokenizer was compared with the client's (the weakest over the run's preflights)
             "tokenizer_check": endpoints["tokenizer_check"],
+            # the modes whose renderings every preflight compared (the run sends prompts in each)
+            "tokenizer_check_modes": endpoints["tokenizer_check_modes"],
         },
     )
     try:

@@ -51,7 +51,8 @@ def checked(url: str, tokenizer, **how) -> AgreementResult:
 
 def test_both_modes_are_rendered_sent_and_recorded(sim, tokenizer):
     before = sim.stats()["polls"].get("POST /v1/tokenize", 0)
-    assert checked(sim.url, tokenizer, modes=BOTH) == AgreementResult({}, {sim.url: "messages"}, ("thinking", "instant"))
+    both = AgreementResult({}, {sim.url: "messages"}, ("thinking", "instant"))
+    assert checked(sim.url, tokenizer, modes=BOTH) == both
     assert sim.stats()["polls"].get("POST /v1/tokenize") - before == 2 * len(CANARIES)
 
 

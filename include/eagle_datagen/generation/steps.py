@@ -233,7 +233,12 @@ def plan_step(
     ctx = RunContext.of(config)
     setup = ctx.setup()
     infos = _servers(servers)
-    provenance = setup.loaded.provenance() | {"servers": [s.provenance() for s in infos]}
+    index = setup.filters.benchmarks if setup.filters is not None else None
+    provenance = setup.loaded.provenance() | {
+        "servers": [s.provenance() for s in infos],
+        # every benchmark the run was checked against (a named one whose file is missing refuses the run)
+        "decontamination": index.summary() if index is not None else None,
+    }
     existing = ctx.plan()
     weight_version = infos[0].weight_version
     try:

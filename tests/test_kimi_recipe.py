@@ -105,6 +105,8 @@ def test_the_recipe_runs_end_to_end(fixture_env, tmp_path):
     manifest = json.loads((tmp_path / "manifests" / "run=k.json").read_text())
     assert set(manifest["counts"]["by_category"]) == CATEGORIES
     assert set(manifest["counts"]["modes"]) == {"thinking", "instant"}
+    assert list(manifest["provenance"]["decontamination"]["benchmarks"]) == NAMED  # every set it was checked against
+    assert manifest["validation"]["tokenizer_check_modes"] == ["instant", "thinking"]
     by_mode = manifest["sampling"]["chat"]["sampling_by_mode"]
     assert (by_mode["thinking"]["temperature"], by_mode["instant"]["temperature"]) == (1.0, 0.6)
     rows = [

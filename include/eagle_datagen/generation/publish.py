@@ -224,10 +224,13 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
 
     policy = HeldoutPolicy.from_json(plan.heldout) if plan.heldout else None
 
-    def trained(table: pa.Table) -> pa.Array:
+    def trained(table: pa.Table) -> pa.Array | pa.ChunkedArray:
         """The rows the draft vocabulary counts: never a held-out one (heldout.py), whatever else reads them."""
-        marks = table.column("heldout").to_pylist() if "heldout" in table.column_names else [None] * table.num_rows
-        return pa.array([not h for h in heldout_rows(marks, table.column("prompt_id").to_pylist(), policy)])
+        marks = table.column("heldout") if "heldout" in table.column_names else pa.nulls(table.num_rows, pa.bool_())
+        if marks.null_count == 0:  # every row marked by its plan: no per-row work
+            return pc.invert(marks)
+        held = heldout_rows(marks.to_pylist(), table.column("prompt_id").to_pylist(), policy)
+        return pa.array([not h for h in held])
 
     # one read of each file: the statistics, the token counts, the reasons and the manifest's checksums
     statistics = compute_statistics(tables("data"), tables("quarantine"), profile, counter=tokens, trained=trained)

@@ -382,9 +382,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             SOURCES,
             help=(
                 "reject prompts whose user text shares a long n-gram with an item of this benchmark set (a file, "
-                "folder or dataset of prompts; SPEED-Bench, MT-Bench, BFCL, GSM8K, MATH-500, C-Eval and HumanEval "
-                "files are read in their published formats), or equals one, as benchmark_overlap; repeatable; "
-                "'humaneval' alone is the shipped HumanEval set (beside the recipe's decontamination.benchmarks)"
+                "folder or dataset of prompts; SPEED-Bench, MT-Bench, BFCL, GSM8K, MATH-500, C-Eval, AIME and "
+                "HumanEval files are read in their published formats), or equals one, as benchmark_overlap; "
+                "repeatable; 'humaneval' alone is the shipped HumanEval set (beside the recipe's "
+                "decontamination.benchmarks)"
             ),
             metavar="NAME=PATH",
             repeat=True,
@@ -410,6 +411,24 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         option="prompts.benchmark_ngram",
         only=_RECIPE_FOR_AIRFLOW,
         bounds=Bounds(4, 64),
+    ),
+    Setting(
+        "benchmark_dir",
+        None,
+        "relative benchmark paths are the recipe's own: beside the recipe file",
+        cli="--benchmark-dir",
+        flag=Flag(
+            SOURCES,
+            help=(
+                "the folder that holds the benchmark files of the recipe's decontamination.benchmarks: their relative "
+                "paths are read under it, not beside the recipe (docs/prompt-sources.md, \"Benchmark files\")"
+            ),
+            metavar="DIR",
+        ),
+        airflow="env:EAGLE_DATAGEN_BENCHMARK_DIR",
+        config="benchmark_dir",
+        option="prompts.benchmark_dir",
+        only="a fact of the machine (where its benchmark files are), not of the prompt set: no recipe key",
     ),
     Setting(
         "near_duplicate_threshold",

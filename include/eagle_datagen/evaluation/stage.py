@@ -47,7 +47,7 @@ from eagle_datagen.generation.plan import parquet_bytes
 from eagle_datagen.generation.stage import category_settings, new_run_id
 from eagle_datagen.heldout import read_policy
 from eagle_datagen.inference.tokenizer_agreement import agreement_check
-from eagle_datagen.modes import THINKING
+from eagle_datagen.modes import SAMPLE_MODES, THINKING
 from eagle_datagen.profile import load_profile
 from eagle_datagen.records import PromptRecord
 from eagle_datagen.sources.recipe import load_recipe
@@ -180,8 +180,12 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
 
     async def deployments() -> tuple[list[SpeculativeServer], list[SpeculativeServer]]:
         wait, front_end = options.preflight_wait_s, options.front_end
-        agreement = agreement_check(  # the ids the evaluation sends, by the path it encodes with
-            loaded.tokenizer, front_end, encode=loaded.encoder(), allow_unchecked=options.allow_unchecked_tokenizer
+        agreement = agreement_check(  # the ids the evaluation sends, by the path it encodes with, in its modes
+            loaded.tokenizer,
+            front_end,
+            encode=loaded.encoder(),
+            allow_unchecked=options.allow_unchecked_tokenizer,
+            modes={m: dict(profile.mode(m).template_kwargs) for m in SAMPLE_MODES if any(p.mode == m for p in prompts)},
         )
         replicas = options.replicas_behind_url
         a = await check_deployment(options.sglang_urls, profile, model, agreement, wait, front_end, replicas)

@@ -62,5 +62,5 @@ async def preflight_run(
     if verdicts.left_out:
         record_left_out(root, run_id, [x.to_json() for x in verdicts.left_out], by)
     if verdicts.tokenizer_check:
-        record_tokenizer_check(root, run_id, verdicts.tokenizer_check, by)
+        record_tokenizer_check(root, run_id, verdicts.tokenizer_check, by, verdicts.tokenizer_modes)
     return verdicts.servers

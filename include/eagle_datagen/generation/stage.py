@@ -53,7 +53,7 @@ from eagle_datagen.generation.plan_build import source_and_plan
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions
 from eagle_datagen.generation.screen import AnswerScreen
-from eagle_datagen.heldout import freeze_policy
+from eagle_datagen.heldout import freeze_policy, provisional_policy
 from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, prompt_groups, spaced_samples
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
@@ -526,10 +526,17 @@ def prepare_plan(
         existing = load_plan(root, run_id)
     if existing is not None:
         check_same_tokenizer(run_id, existing.provenance, provenance, "run", options.front_end)
+        if existing.heldout and not options.dry_run:  # a dry run's plan generated after all: its split now holds
+            freeze_policy(root, existing.heldout["fraction"], run_id, options.front_end)
         log.info("run %s: continuing the existing plan (%d shards)", run_id, len(existing.shards))
         return existing
     model = options.model or setup.profile.model
-    heldout = freeze_policy(root, options.heldout_fraction, run_id, options.front_end)
+    heldout = (
+        # a dry run generates nothing: it marks its plan as a run would, and freezes no fraction (heldout.py)
+        provisional_policy(root, options.heldout_fraction, run_id, options.front_end)
+        if options.dry_run
+        else freeze_policy(root, options.heldout_fraction, run_id, options.front_end)
+    )
 
     def settings_for(categories: list[str]) -> dict[str, CategorySettings]:
         return category_settings(categories, setup.recipe, setup.profile, options.sampling, setup.seed)

@@ -413,6 +413,7 @@ class EndpointVerdicts:
     # how each endpoint that passed had its tokenizer checked (tokenizer_agreement.Comparison: messages, prompt,
     # no_tokenizer, unchecked); empty without the agreement check
     tokenizer_check: dict[str, str] = field(default_factory=dict)
+    tokenizer_modes: tuple[str, ...] = ()  # the modes whose canary renderings were compared (AgreementResult.modes)
 
 
 async def judge_endpoints(
@@ -459,9 +460,11 @@ async def judge_endpoints(
         verdicts = await asyncio.gather(*(judged(session, url) for url in urls))
         passed = [v.url for v in verdicts if isinstance(v, ServerInfo)]
         checks: dict[str, str] = {}
+        modes: tuple[str, ...] = ()
         if agreement is not None and passed:  # the client's tokenizer against the servers' (tokenizer_agreement.py)
             result = await agreement(session, passed)
             disagreeing, checks = result.left_out, result.checks  # {url: why}: left out like any failed check
+            modes = tuple(result.modes)
             verdicts = [LeftOut(v.url, disagreeing[v.url]) if v.url in disagreeing else v for v in verdicts]
     servers = [v for v in verdicts if isinstance(v, ServerInfo)]
     left_out = [v for v in verdicts if isinstance(v, LeftOut)]
@@ -485,7 +488,7 @@ async def judge_endpoints(
     if len(weights) > 1:
         raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
     warn_seed_not_reproducible(servers)
-    return EndpointVerdicts(servers, left_out, {s.url: checks[s.url] for s in servers if s.url in checks})
+    return EndpointVerdicts(servers, left_out, {s.url: checks[s.url] for s in servers if s.url in checks}, modes)
 
 
 def _endpoints_own(left: LeftOut, passed: int) -> LeftOut:

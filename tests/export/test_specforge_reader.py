@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from published_runs import REPO, publish, shard_rows
 
 from eagle_datagen.export.rows import SeqLimit
@@ -73,3 +74,47 @@ def test_specforges_own_reader_reads_our_export(tmp_path):
     assert len(ours_cut) < len(ours)  # rows left without a supervised token were dropped
     assert specforge_reads(whole / "train.jsonl", 32, whole / "vocab_mapping.pt")["rows"] == ours_cut
     assert specforge_reads(cut / "train.jsonl", 32, cut / "vocab_mapping.pt")["rows"] == ours_cut
+
+
+LOAD = """
+import json, sys
+from specforge.config import load_config
+config = load_config(sys.argv[1], sys.argv[2:])
+print(json.dumps({"mode": config.mode, "strategy": config.training.strategy, "prompts": config.data.prompts_path,
+                  "max_length": config.data.max_length, "vocab": config.model.vocab_mapping_path,
+                  "target": config.model.target_model_path}))
+"""
+
+
+def documented_run(tmp_path: Path) -> tuple[Path, list[str]]:
+    """docs/training.md's run.yaml (the yaml block that begins `# run.yaml`) and its `specforge train` overrides."""
+    text = (REPO / "docs" / "training.md").read_text()
+    block = text[text.index("```yaml\n# run.yaml") + len("```yaml\n") :]
+    run = tmp_path / "run.yaml"
+    run.write_text(block[: block.index("```")])
+    command = next(line for line in text.splitlines() if line.startswith("specforge train --config run.yaml"))
+    return run, command.split()[4:]
+
+
+def specforge_loads(run: Path, overrides: list[str]) -> dict:
+    done = subprocess.run([str(PYTHON), "-c", LOAD, str(run), *overrides], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=""), timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_specforges_config_loader_accepts_the_documented_run_and_the_exports_command(tmp_path):
+    run, overrides = documented_run(tmp_path)
+    loaded = specforge_loads(run, overrides)
+    assert loaded["mode"] == "online" and loaded["strategy"] == "eagle3"
+    assert (loaded["prompts"], loaded["vocab"], loaded["max_length"]) == ("sf/train.jsonl", "sf/vocab_mapping.pt", 8192)
+    # the command export_info.yaml names, with the export's own paths, on the same run.yaml
+    root = LocalOutputRoot(str(tmp_path / "root"))
+    publish(root, "r1", {"math": [shard_rows(0, 5, "math", "r1")]}, k=8)
+    run_export(root, ExportOptions("specforge", str(tmp_path / "sf"), "r1", limit=SeqLimit(4096)))
+    info = (tmp_path / "sf" / "export_info.yaml").read_text()
+    command = yaml.safe_load(info)["train_command"].split("  #")[0].split()
+    assert command[:4] == ["specforge", "train", "--config", "run.yaml"]
+    loaded = specforge_loads(run, command[4:])
+    assert loaded["prompts"] == f"{tmp_path / 'sf'}/train.jsonl" and loaded["max_length"] == 4096
+    assert loaded["target"] == "moonshotai/Kimi-K2.5"

@@ -58,7 +58,7 @@ def _weights(folder: Path) -> dict[str, TensorInfo]:
     except (OSError, ValueError, KeyError, SafetensorsError) as exc:
         raise ConfigError(f"--checkpoint {folder}: cannot read its weights ({exc})") from exc
     raise ConfigError(f"--checkpoint {folder}: no model.safetensors (nor an index of shards): give the folder "
-                      "`speculators train` saved (under --save-path: the epoch's folder, or `final`)")
+                      "`speculators train` saved (one per epoch under --save-path)")
 
 
 def read_checkpoint(folder: str | Path) -> SpeculatorsCheckpoint:

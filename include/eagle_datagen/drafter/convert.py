@@ -11,8 +11,8 @@ load time, so the checkpoint's frozen copy is left out. What is carried and chec
 - the draft vocabulary: `d2t`, `t2d` and `lm_head` agree with `draft_vocab_size`, and `t2d` with the target's
   vocabulary;
 - the dtype: SGLang serves a drafter in its config's dtype and the target in the target's (with `--dtype auto`, the
-  default), and a drafter of another dtype than the target's crashes at its first step (`expected m1 and m2 to have
-  the same dtype ... BFloat16 != Half`, with a bfloat16 target and a float16 drafter): by default the drafter's
+  default), and a drafter of another dtype than the target's kills the server while it starts (`expected m1 and m2
+  to have the same dtype ... BFloat16 != Half`, with a bfloat16 target and a float16 drafter): by default the drafter's
   floats are cast to the target's dtype and its config names it;
 - what SGLang's Llama drafter cannot serve is refused: more than one draft layer, another layer type than llama
   (qwen3's q/k norms would be dropped without a word), `norm_before_residual` (SGLang's first draft layer keeps the

@@ -153,15 +153,17 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
         check_pairs_with(baseline, sampling, options.seed, options.requests_per_prompt, options.front_end)
     model = options.model or profile.model
 
+    access = options.access()  # before the deployments: an unreadable key file fails here
+
     async def deployments() -> tuple[list[SpeculativeServer], list[SpeculativeServer]]:
         wait, front_end = options.preflight_wait_s, options.front_end
         agreement = agreement_check(  # the ids the evaluation sends, by the path it encodes with
             loaded.tokenizer, front_end, encode=loaded.encoder(), allow_unchecked=options.allow_unchecked_tokenizer
         )
-        a = await check_deployment(options.sglang_urls, profile, model, agreement, wait, front_end)
+        a = await check_deployment(options.sglang_urls, profile, model, agreement, wait, front_end, access["A"])
         b = []
         if options.compare_urls:
-            b = await check_deployment(options.compare_urls, profile, model, agreement, wait, front_end)
+            b = await check_deployment(options.compare_urls, profile, model, agreement, wait, front_end, access["B"])
         return a, b
 
     if not options.sglang_urls:

@@ -172,13 +172,14 @@ def _aws_environment(aws_conn_id: str) -> dict[str, str] | None:
 
 
 @contextmanager
-def sglang_key(conn_id: str) -> Iterator[None]:
+def sglang_key(conn_id: str | None) -> Iterator[None]:
     """The SGLang connection's password, as $EAGLE_DATAGEN_API_KEY, while the block runs (inference/access.py reads
-    it there), masked in the task's log. No password: the workers' own variable, if any, is left as it is."""
+    it there), masked in the task's log. No password (or no connection): the workers' own variable, if any, is
+    left as it is."""
     from eagle_datagen.inference.access import API_KEY_VARIABLE
 
     try:
-        password = BaseHook.get_connection(conn_id).password
+        password = BaseHook.get_connection(conn_id).password if conn_id else None
     except AirflowNotFoundException:
         password = None  # sglang_deployment has already said what is missing
     if not password:

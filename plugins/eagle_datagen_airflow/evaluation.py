@@ -52,7 +52,7 @@ def prepare(recipe: str, params: Mapping[str, Any], dag: Any, dag_run: Any) -> l
         refuse_unknown_conf(dag_run.conf, dag.params)
         deployment = sglang_deployment(params["sglang_conn_id"])
         config = evaluate_config(recipe, eval_id_for(dag_run.run_id), params, deployment)
-        with object_store(params["aws_conn_id"]), sglang_key(params["sglang_conn_id"]):
+        with object_store(params["aws_conn_id"]), sglang_key(params.get("sglang_conn_id")):
             prepared = prepare_step(config)
     except ConfigError as exc:
         raise AirflowFailException(str(exc)) from None
@@ -65,7 +65,7 @@ def measure(work: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
     from eagle_datagen.evaluation.stage import measure_step
 
     category = work["category"]
-    with object_store(params["aws_conn_id"]), sglang_key(params["sglang_conn_id"]):
+    with object_store(params["aws_conn_id"]), sglang_key(params.get("sglang_conn_id")):
         return measure_step(work["config"], work["prepared"], [category])["categories"][category] | {
             "category": category
         }

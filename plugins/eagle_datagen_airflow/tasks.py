@@ -39,7 +39,7 @@ def preflight(category: str, recipe: str, params: Mapping[str, Any], dag: Any, d
         len(config["sglang_urls"]),
         config["output"],
     )
-    with object_store(params["aws_conn_id"]), sglang_key(params["sglang_conn_id"]):
+    with object_store(params["aws_conn_id"]), sglang_key(params.get("sglang_conn_id")):
         try:
             servers = preflight_step(config)
         except KeyRefused as exc:  # a refused key stays refused: no retries
@@ -136,7 +136,7 @@ def generate_shard(
     """Generate what the shard's checkpoints lack, then validate it into data/ and quarantine/."""
     from eagle_datagen.generation.steps import generate_shard_step
 
-    with object_store(params["aws_conn_id"]), sglang_key(params["sglang_conn_id"]):
+    with object_store(params["aws_conn_id"]), sglang_key(params.get("sglang_conn_id")):
         try:
             return generate_shard_step(config, servers, shard)
         except KeyRefused as exc:  # the key was changed under the run: a retry would be refused too

@@ -21,13 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from eagle_datagen.errors import ConfigError
 from eagle_datagen.inference.access import KeyRefused, server_access
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.endpoints import Endpoint, EndpointPool
 from eagle_datagen.inference.retry import RetryPolicy
 from eagle_datagen.inference.samples import SampleRequest
-from eagle_datagen.redaction import redact
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.standin.sglang.speculative import SpeculativeConfig
@@ -111,32 +109,6 @@ def test_a_refusal_in_the_middle_of_a_run_is_not_retried_nor_held_against_the_en
     assert "sk-rotated-away" not in str(refused)
     assert client.stats.retries == 0 and client.stats.sent == 1
     assert endpoint.failures == 0 and endpoint.open_until == 0.0 and endpoint.outstanding == 0
-
-
-def test_a_key_file_is_read_checked_and_masked(tmp_path, monkeypatch):
-    monkeypatch.delenv("EAGLE_DATAGEN_API_KEY", raising=False)
-    assert server_access().headers() == {}
-    path = tmp_path / "key"
-    path.write_text("  sk-from-a-file-7788\n")
-    access = server_access(str(path))
-    assert access.headers() == {"Authorization": "Bearer sk-from-a-file-7788"}
-    assert "sk-from-a-file" not in repr(access)
-    assert redact("header Bearer sk-from-a-file-7788 sent") == "header Bearer *** sent"
-    path.write_text("two words\n")
-    with pytest.raises(ConfigError, match="spaces or control characters"):
-        server_access(str(path))
-    path.write_text("\n")
-    with pytest.raises(ConfigError, match="is empty"):
-        server_access(str(path))
-    with pytest.raises(ConfigError, match="cannot read the API key file --api-key-file"):
-        server_access(str(tmp_path / "missing"))
-    with pytest.raises(ConfigError, match="CA bundle .* is not a file"):
-        server_access(ca_bundle=str(tmp_path / "missing.pem"))
-    monkeypatch.setenv("EAGLE_DATAGEN_API_KEY", "sk-from-the-env-99")
-    monkeypatch.setenv("EAGLE_DATAGEN_COMPARE_API_KEY", "")
-    a = server_access()
-    b = server_access(variable="EAGLE_DATAGEN_COMPARE_API_KEY", flag="--compare-api-key-file", fallback=a)
-    assert b.api_key == a.api_key and b.source == "$EAGLE_DATAGEN_API_KEY"
 
 
 def test_evaluate_sends_each_deployment_its_own_key(tmp_path):

@@ -7,7 +7,8 @@
    `AIRFLOW_ADMIN_PASSWORD`; the user name comes from `AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS`;
 3. the connections `sglang_default` (from `SGLANG_URLS`, `SGLANG_TOKENIZER`, `SGLANG_TRUST_REMOTE_CODE`,
    `SGLANG_CONCURRENCY`; `SGLANG_API_KEY`, when set, is its password: the deployment's API key) and
-   `aws_default` (from `S3_ENDPOINT_URL`, `S3_ACCESS_KEY`, `S3_SECRET_KEY`, `S3_REGION`), replaced if they exist, so that editing `.env` and starting again takes effect;
+   `aws_default` (from `S3_ENDPOINT_URL`, `S3_ACCESS_KEY`, `S3_SECRET_KEY`, `S3_REGION`), replaced if they
+   exist, so that editing `.env` and starting again takes effect;
 4. the `sglang` pool with `SGLANG_POOL_SLOTS` slots (shards generating at once).
 
 Running it again changes nothing else: it is safe on every `docker compose up`. A missing or bad setting

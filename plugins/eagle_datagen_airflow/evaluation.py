@@ -17,6 +17,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.inference.access import KeyRefused
 from eagle_datagen_airflow.deployment import object_store, sglang_deployment, sglang_key
 from eagle_datagen_airflow.runs import refuse_unknown_conf, sanitize
 
@@ -66,9 +67,11 @@ def measure(work: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
 
     category = work["category"]
     with object_store(params["aws_conn_id"]), sglang_key(params.get("sglang_conn_id")):
-        return measure_step(work["config"], work["prepared"], [category])["categories"][category] | {
-            "category": category
-        }
+        try:
+            measured = measure_step(work["config"], work["prepared"], [category])
+        except KeyRefused as exc:  # the key was changed since prepare: a retry would be refused too
+            raise AirflowFailException(str(exc)) from None
+    return measured["categories"][category] | {"category": category}
 
 
 def finish(work: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:

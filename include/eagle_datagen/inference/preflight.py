@@ -461,10 +461,20 @@ async def preflight(
     wait_s: float = settings.WAIT_READY_S,
     canary_timeout_s: float = 600.0,
     agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[Any]] | None = None,
+    access: ServerAccess = NO_ACCESS,
 ) -> list[ServerInfo]:
     """Every endpoint must pass (`judge_endpoints` with all of them required)."""
     verdicts = await judge_endpoints(
-        urls, profile, expected_model, canary_body, allow_model_mismatch, wait_s, canary_timeout_s, len(urls), agreement
+        urls,
+        profile,
+        expected_model,
+        canary_body,
+        allow_model_mismatch,
+        wait_s,
+        canary_timeout_s,
+        len(urls),
+        agreement,
+        access=access,
     )
     return verdicts.servers
 

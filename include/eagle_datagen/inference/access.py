@@ -52,9 +52,10 @@ class ServerAccess:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def ssl_context(self) -> ssl.SSLContext:
-        """The system's CA certificates, or only the bundle given (a private CA or a self-signed certificate)."""
-        return ssl.create_default_context(cafile=self.ca_bundle)
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """Only the bundle's CA certificates (a private CA, a self-signed certificate), else True: aiohttp's
+        default context, which checks against the system's."""
+        return ssl.create_default_context(cafile=self.ca_bundle) if self.ca_bundle else True
 
     def connector(self, **kwargs: Any) -> aiohttp.TCPConnector:
         return aiohttp.TCPConnector(ssl=self.ssl_context(), **kwargs)

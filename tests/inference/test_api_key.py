@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from eagle_datagen.generation.steps import run_generation
 from eagle_datagen.inference.access import KeyRefused, server_access
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.endpoints import Endpoint, EndpointPool
@@ -29,6 +30,7 @@ from eagle_datagen.inference.samples import SampleRequest
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen.standin.sglang.speculative import SpeculativeConfig
+from generation_runs import after_generations, checkpointed_samples, run_options
 from secret_scan import files_under, leaks
 
 from conftest import user_record, write_jsonl
@@ -109,6 +111,26 @@ def test_a_refusal_in_the_middle_of_a_run_is_not_retried_nor_held_against_the_en
     assert "sk-rotated-away" not in str(refused)
     assert client.stats.retries == 0 and client.stats.sent == 1
     assert endpoint.failures == 0 and endpoint.open_until == 0.0 and endpoint.outstanding == 0
+
+
+def test_a_key_changed_in_the_middle_of_a_run_stops_it_in_one_line_keeping_what_was_stored(tmp_path, monkeypatch):
+    key = "sk-" + secrets.token_urlsafe(24)
+    monkeypatch.setenv("EAGLE_DATAGEN_API_KEY", key)
+    with keyed(key, decode_s_per_token=0.002, max_running_requests=4) as sim:
+        options = run_options(tmp_path, [sim.url], prompts=60)
+
+        def rotate() -> None:
+            sim.server.state.config.api_key = "sk-rotated-" + secrets.token_hex(8)
+
+        after_generations([sim], 12, rotate)
+        started = time.monotonic()
+        with pytest.raises(KeyRefused) as refused:
+            run_generation(options)
+        took = time.monotonic() - started
+        answered = sim.stats()["generations"]
+    assert str(refused.value).startswith(f"{sim.url}/generate answered 401 Unauthorized: the API key from $EAGLE")
+    assert key not in str(refused.value) and took < 60
+    assert 12 <= checkpointed_samples(tmp_path / "out", "r") <= answered < 60  # what came back is kept
 
 
 def test_evaluate_sends_each_deployment_its_own_key(tmp_path):

@@ -40,7 +40,7 @@ def environment(key: str | None) -> dict[str, str]:
 def run(tmp_path, url: str, key: str | None, *extra: str):
     src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"task {i}: " + "how " * i) for i in range(PROMPTS)])
     args = ["--prompts", str(src), "--output", str(tmp_path / "out"), "--run-id", "keyed", "--sglang-url", url]
-    args += ["--max-new-tokens", "64", "--draft-vocab-size", "256", *extra]
+    args += ["--max-new-tokens", "64", "--draft-vocab-size", "32", *extra]
     started = time.monotonic()
     result = run_cli(args, env=environment(key), timeout_s=400)
     return result, time.monotonic() - started

@@ -617,6 +617,39 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         only=_DEPLOYMENT,
     ),
     Setting(
+        "api_key_file",
+        None,
+        "$EAGLE_DATAGEN_API_KEY when set, else no key; a key is never a flag's value (ps and shell history show those)",
+        cli="--api-key-file",
+        flag=Flag(
+            SGLANG,
+            help=(
+                "a file holding the API key of the SGLang deployment (its --api-key, or the router's client key), "
+                "sent as 'Authorization: Bearer' on every request (default: $EAGLE_DATAGEN_API_KEY when set)"
+            ),
+            metavar="FILE",
+        ),
+        airflow="the SGLang connection's password",
+        config="api_key_file",
+        option="api_key_file",
+        only=_DEPLOYMENT + "; Airflow takes the key itself from the connection's password",
+    ),
+    Setting(
+        "ca_bundle",
+        None,
+        "the system's CA certificates check an https endpoint",
+        cli="--ca-bundle",
+        flag=Flag(
+            SGLANG,
+            help="a PEM file of the CA certificates that check https:// endpoints (default: the system's)",
+            metavar="FILE",
+        ),
+        airflow="extra:ca_bundle",
+        config="ca_bundle",
+        option="ca_bundle",
+        only=_DEPLOYMENT,
+    ),
+    Setting(
         "model",
         None,
         "the profile's model",
@@ -1703,6 +1736,22 @@ EVALUATE_OWN: tuple[Setting, ...] = (
         option="compare_label",
     ),
     Setting(
+        "compare_api_key_file",
+        None,
+        "$EAGLE_DATAGEN_COMPARE_API_KEY when set, else deployment A's key",
+        cli="--compare-api-key-file",
+        flag=Flag(
+            EVAL_COMPARISON,
+            help="a file holding the API key of deployment B (default: $EAGLE_DATAGEN_COMPARE_API_KEY when set, "
+            "else deployment A's key)",
+            metavar="FILE",
+        ),
+        airflow="env:EAGLE_DATAGEN_COMPARE_API_KEY",
+        config="compare_api_key_file",
+        option="compare_api_key_file",
+        only="the key itself: Airflow's workers read it from $EAGLE_DATAGEN_COMPARE_API_KEY, else use A's",
+    ),
+    Setting(
         "baseline",
         None,
         "no comparison",
@@ -1824,6 +1873,13 @@ EVALUATE_SETTINGS: tuple[Setting, ...] = (
         required=False,
     ),
     EVALUATE_OWN[4],
+    _shared(
+        "api_key_file",
+        EVAL_DEPLOYMENT,
+        help="a file holding the API key of deployment A, sent as 'Authorization: Bearer' on every request "
+        "(default: $EAGLE_DATAGEN_API_KEY when set)",
+    ),
+    _shared("ca_bundle", EVAL_DEPLOYMENT),
     _shared("model", EVAL_DEPLOYMENT),
     _shared("concurrency", EVAL_DEPLOYMENT),
     _shared("replicas_behind_url", EVAL_DEPLOYMENT),

@@ -178,6 +178,8 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
         check_pairs_with(baseline, options.seed, options.requests_per_prompt, keys, options.front_end)
     model = options.model or profile.model
 
+    access = options.access()  # before the deployments: an unreadable key file fails here
+
     async def deployments() -> tuple[list[SpeculativeServer], list[SpeculativeServer]]:
         wait, front_end = options.preflight_wait_s, options.front_end
         agreement = agreement_check(  # the ids the evaluation sends, by the path it encodes with, in its modes
@@ -188,10 +190,14 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
             modes={m: dict(profile.mode(m).template_kwargs) for m in SAMPLE_MODES if any(p.mode == m for p in prompts)},
         )
         replicas = options.replicas_behind_url
-        a = await check_deployment(options.sglang_urls, profile, model, agreement, wait, front_end, replicas)
+        a = await check_deployment(
+            options.sglang_urls, profile, model, agreement, wait, front_end, replicas, access=access["A"]
+        )
         b = []
         if options.compare_urls:
-            b = await check_deployment(options.compare_urls, profile, model, agreement, wait, front_end, replicas)
+            b = await check_deployment(
+                options.compare_urls, profile, model, agreement, wait, front_end, replicas, access=access["B"]
+            )
         return a, b
 
     if not options.sglang_urls:

@@ -192,6 +192,7 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
     options = ctx.options
     if not options.sglang_urls:
         raise ConfigError("give at least one " + settings.named("sglang_urls", options.front_end))
+    access = options.access()  # an unreadable key file or CA bundle fails before anything is loaded
     setup = ctx.setup()
     existing = ctx.plan()
     check_policy(ctx.root(), options.heldout_fraction, options.front_end)  # another fraction: refused before the canary
@@ -219,6 +220,7 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
             ),
             front_end=options.front_end,
             replicas_behind_url=options.replicas_behind_url,
+            access=access,
         )
     )
     return [dataclasses.asdict(s) for s in servers]

@@ -66,6 +66,7 @@ def airflow_home(folder: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # an uncached venv build: 1-2 minutes from pip's cache, more from the registry
 @pytest.mark.parametrize("end", ["lowest", "highest"])
 def test_wheel_runs_in_a_clean_airflow(end, wheel, tmp_path):
     version = LOWEST if end == "lowest" else HIGHEST

@@ -1,8 +1,9 @@
 """Clean virtualenvs with one Airflow release and the project's wheel, as a user's existing Airflow would have them.
 
-A venv is built once per Airflow version and requirement hash under `.cache/airflow-venvs/` and reused while
-neither changes (the wheel's code is laid over it per test, see `overlay`). Builders take a lock per venv, so two
-test processes never build the same one at once; a build that died leaves no stamp and is built again.
+A venv is built once per Airflow version and requirement hash under `.cache/airflow-venvs/` and reused while neither
+changes (the wheel's code is laid over it per test, see `overlay`); one unused for a day is removed. Builders take a
+lock per venv, so two test processes never build the same one at once; a build that died leaves no stamp and is
+built again.
 
 Each build installs Airflow alone first, then the wheel with its `airflow` extra the way a user would
 (`pip install eagle-datagen[airflow]` into that environment), and records in `build.json` every package the second
@@ -113,7 +114,24 @@ def airflow_venv(version: str, wheel: Path, constrained: bool) -> tuple[Path, di
             tmp = record.with_suffix(".tmp")
             tmp.write_text(json.dumps(facts, indent=1))
             tmp.rename(record)  # the stamp, written last
+        os.utime(record)  # when it was last used
+    prune(root, version, keep=venv)
     return venv, json.loads(record.read_text())
+
+
+def prune(root: Path, version: str, keep: Path, unused_s: float = 86400) -> None:
+    """Remove this version's venvs of other requirements (about 700 MB each) unused for a day, unless one is being
+    built; a checkout that still has those requirements builds its venv again."""
+    for other in root.glob(f"airflow-{version}-*"):
+        record = other / "build.json"
+        if not other.is_dir() or other == keep or (record.exists() and time.time() - record.stat().st_mtime < unused_s):
+            continue
+        with open(root / f"{other.name}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # being built right now
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def overlay(wheel: Path, folder: Path, venv: Path) -> Path:

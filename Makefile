@@ -46,7 +46,7 @@ sglang-serve: sglang  ## one real SGLang server (tiny model) on 127.0.0.1:$(PORT
 
 # A side environment with speculators 0.9.0 on torch 2.13.0 (pip gets a CPU build here; elsewhere torch==2.13.0
 # may mean a CUDA build of several GB) for tests/export/test_speculators_e2e.py, which skips without it.
-# `make test` builds it (about 3 minutes once, 1.5 GB); it is reused while its pins are unchanged.
+# `make test` builds it (1-3 minutes once, 1.5 GB); it is reused while its pins are unchanged.
 SPECULATORS_VENV := .venv-speculators
 SPECULATORS_PINS := tests/export/speculators-env.txt
 SPECULATORS_STAMP := $(SPECULATORS_VENV)/.installed-$(shell cat $(SPECULATORS_PINS) | sha256sum | cut -c1-16)
@@ -80,7 +80,7 @@ $(SPECFORGE_STAMP): $(SPECFORGE_PINS)
 	@touch $@
 
 # The loop closed on the CPU: on-policy data -> EAGLE-3 drafter -> accept length in the real SGLang, against a random
-# and an off-policy drafter; prints the table (docs/internals/evaluation-cpu-loop.md). About 6-9 minutes on 2 cores.
+# and an off-policy drafter; prints the table (docs/internals/evaluation-cpu-loop.md). About 3-5 minutes on 2 cores (docs/internals/evaluation-cpu-loop.md has the measured table).
 eval-loop: sglang speculators-env  ## train drafters on on-policy and off-policy data on the CPU, print accept lengths
 	$(BIN)/python -m eagle_datagen_stack.cpu_loop --work .eval-loop
 

@@ -1,6 +1,7 @@
 """Build the tiny "reasoning" model the real SGLang engine serves in tests: a Llama config and safetensors weights.
 
-The model is a bigram chain over three token classes, made by weights rather than training (docs/internals/real-engine.md):
+The model is a bigram chain over three token classes, made by weights rather than training
+(docs/internals/real-engine.md):
 
 - every attention `o_proj` and MLP `down_proj` is zero, so each layer adds nothing to the residual stream and
   the final norm sees the current token's embedding alone: the next-token distribution depends only on the

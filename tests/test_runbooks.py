@@ -141,8 +141,22 @@ def test_the_train_runbook_runs_against_stand_ins(tmp_path):
 
     out = str(tmp_path / "out")
     with SimServerThread(SimConfig().with_profile("instant")) as sim:
-        cli("run", "--recipe", str(REPO / "include/recipes/demo.yaml"), *TOKENIZER, "--sglang-url", sim.url,
-            "--output", out, "--run-id", "night1", "--heldout-fraction", "0.4", "--draft-vocab-size", "64")
+        cli(
+            "run",
+            "--recipe",
+            str(REPO / "include/recipes/demo.yaml"),
+            *TOKENIZER,
+            "--sglang-url",
+            sim.url,
+            "--output",
+            out,
+            "--run-id",
+            "night1",
+            "--heldout-fraction",
+            "0.4",
+            "--draft-vocab-size",
+            "64",
+        )
     cli("release", "--output", out, "--release-id", "rel1", "--draft-vocab-size", "64")
 
     def speculative(path: str, rate: float) -> SimServerThread:
@@ -150,8 +164,13 @@ def test_the_train_runbook_runs_against_stand_ins(tmp_path):
         return SimServerThread(dataclasses.replace(SimConfig().with_profile("instant"), speculative=spec))
 
     with speculative("drafter-new", 0.8) as new, speculative("drafter-old", 0.55) as old:
-        env = {"OUTPUT": out, "RELEASE_ID": "rel1", "TOKENIZER": "standin:kimi-k2.5", "NEW_URL": new.url,
-               "OLD_URL": old.url}
+        env = {
+            "OUTPUT": out,
+            "RELEASE_ID": "rel1",
+            "TOKENIZER": "standin:kimi-k2.5",
+            "NEW_URL": new.url,
+            "OLD_URL": old.url,
+        }
         result = run_blocks(RUNBOOKS["train"], env, tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert (tmp_path / "train-data" / "export_info.yaml").exists()

@@ -1048,7 +1048,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Turns",
             (
                 "last: one sample per record (its last answer). each: one sample per assistant turn, "
-                "generated on-policy, tool loops continued with the recorded tool results (docs/internals/multi-turn.md)."
+                "generated on-policy, tool loops continued with the recorded tool results "
+                "(docs/internals/multi-turn.md)."
             ),
             FORM_SAMPLING,
         ),
@@ -1065,7 +1066,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             SAMPLING_FLAGS,
             help=(
                 "store the top-K logprobs of every output token beside output_ids (soft targets: the "
-                "top_logprob_ids, top_logprobs and output_logprobs columns; docs/internals/training.md); 0: off (default: the "
+                "top_logprob_ids, top_logprobs and output_logprobs columns; docs/internals/training.md); "
+                "0: off (default: the "
                 "recipe's, else 0)"
             ),
             metavar="K",
@@ -2040,7 +2042,8 @@ def reference_table() -> str:
             f"{_cell(entry.recipe)} | {airflow} | "
             f"{entry.why.replace('|', '/')} |"
         )
-    lines += ["", "Precedence, on the command line and in Airflow alike: " + " > ".join(PRECEDENCE) + ".", "", REFERENCE_END]
+    precedence = "Precedence, on the command line and in Airflow alike: " + " > ".join(PRECEDENCE) + "."
+    lines += ["", precedence, "", REFERENCE_END]
     return "\n".join(lines)
 
 

@@ -87,7 +87,8 @@ print(json.dumps({"mode": config.mode, "strategy": config.training.strategy, "pr
 
 
 def documented_run(tmp_path: Path) -> tuple[Path, list[str]]:
-    """docs/internals/training.md's run.yaml (the yaml block that begins `# run.yaml`) and its `specforge train` overrides."""
+    """docs/internals/training.md's run.yaml (the yaml block that begins `# run.yaml`) and its `specforge train`
+    overrides."""
     text = (REPO / "docs" / "internals" / "training.md").read_text()
     block = text[text.index("```yaml\n# run.yaml") + len("```yaml\n") :]
     run = tmp_path / "run.yaml"

@@ -45,7 +45,8 @@ def train_command(fmt: str, c: TrainContext) -> str:
         seq = f" training.max_seq_length={c.max_seq_len}" if c.max_seq_len else ""
         return (
             f"python3 -m torchspec.train_entry --config configs/<model>.yaml model.target_model_path={c.model} "
-            f"dataset.train_data_path={c.folder}/train.parquet{seq}  # see docs/internals/training.md: check your TorchSpec "
+            f"dataset.train_data_path={c.folder}/train.parquet{seq}  # see docs/internals/training.md: "
+            "check your TorchSpec "
             "reads pre-tokenized Parquet"
         )
     if fmt == "hf":

@@ -19,7 +19,8 @@ decontamination:          # optional: drop prompts that overlap benchmark items 
   ngram: 13
   benchmarks: [humaneval, {name: gsm8k, path: data/gsm8k_test.jsonl, field: question}]
 near_duplicates: {threshold: 0.7}   # optional: MinHash near-duplicates (sources/near_duplicates.py)
-airflow:                  # optional, read by the Airflow DAGs only: their names and where they run (docs/internals/airflow.md)
+airflow:                  # optional, read by the Airflow DAGs only: their names and where they run
+                          # (docs/internals/airflow.md)
   name: k25               # in the DAG ids (eagle_datagen__k25__math); default with several recipes: the recipe's name
   sglang_conn_id: sglang_kimi   # the forms' default; with several recipes: sglang_<name>, else sglang_default
   output: s3://eagle/k25  # the forms' default; with several recipes: EAGLE_DATAGEN_OUTPUT/<name>

@@ -75,9 +75,12 @@ def test_commands_that_need_a_gpu_or_cluster_parse(name):
 
 
 def check_airflow_connection(argv: list[str]) -> int:
-    """An `airflow connections add ... --conn-extra JSON`: its keys are ones the DAGs accept."""
+    """An SGLang connection (`airflow connections add ... --conn-type http --conn-extra JSON`): its extra keys are
+    ones the DAGs accept."""
     if argv[:3] != ["airflow", "connections", "add"] or "--conn-extra" not in argv:
         return 0
+    if argv[argv.index("--conn-type") + 1] != "http":
+        return 0  # the Amazon provider's connection: its extra is the provider's
     sys.path.insert(0, str(REPO / "plugins"))
     from eagle_datagen_airflow.deployment import EXTRA_KEYS
 

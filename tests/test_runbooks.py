@@ -70,7 +70,7 @@ def test_commands_that_need_a_gpu_or_cluster_parse(name):
                 except SystemExit as exit_:
                     pytest.fail(f"runbook-{name}.md: `{shlex.join(argv)}` does not parse (exit {exit_.code})")
                 checked += 1
-            checked += check_airflow_connection(argv)
+            checked += check_airflow_connection(argv) + check_run_conf(argv)
     assert checked or name == "train"
 
 
@@ -86,6 +86,20 @@ def check_airflow_connection(argv: list[str]) -> int:
 
     extra = json.loads(argv[argv.index("--conn-extra") + 1])
     assert set(extra) <= EXTRA_KEYS, f"connection extra keys the DAGs refuse: {set(extra) - EXTRA_KEYS}"
+    return 1
+
+
+def check_run_conf(argv: list[str]) -> int:
+    """An `airflow dags trigger -c JSON` or `backfill create --dag-run-conf JSON`: its keys are the category DAGs'
+    form params (a run refuses any other key)."""
+    flags = {"-c", "--conf", "--dag-run-conf"} & set(argv)
+    if argv[:1] != ["airflow"] or not flags:
+        return 0
+    from eagle_datagen import settings
+
+    params = {entry.form for entry in settings.RUN_SETTINGS if entry.form and entry.param}
+    conf = json.loads(argv[argv.index(flags.pop()) + 1])
+    assert set(conf) <= params, f"run conf keys the category DAGs refuse: {set(conf) - params}"
     return 1
 
 

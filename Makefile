@@ -1,4 +1,4 @@
-# eagle-datagen: `make demo` runs the main job on the embedded default, `make test` runs the test suite.
+# eagle-datagen: `make demo` runs the main job on this machine with stand-ins, `make test` runs the test suite.
 # Both set up .venv themselves; the venv is reused while the requirement files are unchanged.
 PYTHON ?= python3
 VENV := .venv
@@ -108,7 +108,7 @@ test-fast: venv  ## skip the slow integration tests
 
 # `make demo ENGINE=sglang`: the same demo on two real SGLang CPU servers (tiny model) behind the real smg router.
 ENGINE ?= sim
-demo: venv $(if $(filter sglang,$(ENGINE)),sglang)  ## the main job through Airflow on the embedded default: SeaweedFS, stand-in SGLang (ENGINE=sglang: the real one), Airflow on SQLite
+demo: venv $(if $(filter sglang,$(ENGINE)),sglang)  ## the main job through Airflow on this machine: SeaweedFS, stand-in SGLang (ENGINE=sglang: the real one), Airflow on SQLite
 	$(BIN)/python -m eagle_datagen_stack.demo --home .demo --engine $(ENGINE)
 
 demo-cli: venv  ## the same job without Airflow (the `eagle-datagen run` path), in seconds

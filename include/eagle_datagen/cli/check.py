@@ -54,5 +54,5 @@ def handle(args: argparse.Namespace) -> int:
     else:
         print("\n".join(line.text() for line in lines))
         warned = sum(line.verdict == "warn" for line in lines)
-        print(f"{len(lines)} checks: {len(bad)} refused, {warned} warnings")
+        print(f"{len(lines)} checks: {len(bad)} refused, {warned} warning(s)")
     return 1 if bad else 0

@@ -217,16 +217,16 @@ def check_output_root(uri: str) -> list[CheckLine]:
 
 def check_sources(plans: list[Any], recipe: Any, count: bool = True) -> list[CheckLine]:
     """Each prompt source found, and (with `count`) its records counted as they stream by, none kept."""
-    from eagle_datagen.sources.collect import resolve_sources
+    from eagle_datagen.sources.collect import SourcePlan, resolve_sources
     from eagle_datagen.sources.readers import read_rows
 
     lines = []
     base_dir = recipe.base_dir if recipe is not None else None
     for plan in plans:
-        for s, spec in enumerate(plan.sources):
+        for spec in plan.sources:
             item = f"source {plan.category + ': ' if plan.category else ''}{spec.path}"
             try:
-                files = resolve_sources([plan], base_dir)[(0, s)]
+                files = resolve_sources([SourcePlan(plan.category, (spec,))], base_dir)[(0, 0)]  # this spec alone
                 records = sum(sum(1 for _ in read_rows(f)) for f in files) if count else None
             except DataGenError as exc:
                 lines.append(CheckLine(item, "refused", _one_line(exc)))

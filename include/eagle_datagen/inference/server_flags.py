@@ -12,6 +12,7 @@ something a user should know changes (reproducibility, a check that cannot run, 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -51,7 +52,7 @@ class ServerFlag:
         return self.key in info and self.applies(info[self.key])
 
     def line(self, url: str, value: Any) -> str:
-        shown = self.flag if value is True else f"{self.flag} {value}"
+        shown = self.flag if value is True else f"{self.flag} {json.dumps(value) if isinstance(value, dict) else value}"
         if self.applies is _not_true:
             shown = f"no {self.flag}"
         return f"SGLang at {url} runs with {shown}: {self.why}; fix: {self.fix}"

@@ -45,6 +45,7 @@ def lines_of(result: subprocess.CompletedProcess) -> list[str]:
 
 
 def test_a_healthy_deployment_passes_with_one_line_per_item(tmp_path):
+    unreachable = f"http://127.0.0.1:{free_port()}"  # in the JSON run only: a run would leave it out and go on
     with sim(server_args={"reasoning_parser": "kimi_k2"}) as server:
         result = check(
             "--recipe", str(recipe(tmp_path, "math.jsonl")), "--tokenizer", "standin:kimi-k2.5",
@@ -52,7 +53,7 @@ def test_a_healthy_deployment_passes_with_one_line_per_item(tmp_path):
         )  # fmt: skip
         as_json = check(
             "--recipe", str(tmp_path / "recipe.yaml"), "--tokenizer", "standin:kimi-k2.5",
-            "--sglang-url", server.url, "--output", str(tmp_path / "out"), "--json",
+            "--sglang-url", server.url, "--sglang-url", unreachable, "--output", str(tmp_path / "out"), "--json",
         )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
     lines = lines_of(result)
@@ -72,7 +73,12 @@ def test_a_healthy_deployment_passes_with_one_line_per_item(tmp_path):
     assert as_json.returncode == 0
     answer = json.loads(as_json.stdout)
     assert answer["ok"] is True and {x["verdict"] for x in answer["lines"]} == {"ok", "warn"}
-    assert len(answer["lines"]) == len(lines) - 1
+    [left_out] = [x for x in answer["lines"] if x["item"] == f"endpoint {unreachable}"]
+    assert left_out["verdict"] == "warn" and "is not ready" in left_out["detail"]
+    assert left_out["detail"].endswith(
+        "(a run leaves this endpoint out and goes on: 1 of 2 pass preflight, 1 required)"
+    )
+    assert len(answer["lines"]) == len(lines)  # the text's lines, its summary line less, and the one left out
 
 
 def test_a_misconfigured_deployment_is_refused_line_by_line(tmp_path, standin_dir):
@@ -91,6 +97,7 @@ def test_a_misconfigured_deployment_is_refused_line_by_line(tmp_path, standin_di
             "--recipe", str(recipe(tmp_path, "math.jsonl", "missing.jsonl")), "--tokenizer", "standin:kimi-k2.5",
             "--sglang-url", unreachable, "--sglang-url", marked.url, "--sglang-url", disagreeing.url,
             "--sglang-url", truncating.url, "--sglang-url", good.url, "--output", str(not_a_folder),
+            "--min-endpoints", "100%",
         )  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr[-2000:]
     lines = lines_of(result)
@@ -109,8 +116,9 @@ def test_a_misconfigured_deployment_is_refused_line_by_line(tmp_path, standin_di
     assert "prompt source not found" in line("source math: missing.jsonl")
     assert f"ok      endpoint {good.url}: serves moonshotai/Kimi-K2.5" in result.stdout  # the others are still judged
     assert "ok      source math: math.jsonl: 1 file(s), 3 records" in result.stdout
+    assert "refused endpoints: 1 of 5 pass preflight, 5 required: a run stops in its preflight" in result.stdout
     assert lines[-1].startswith(f"{len(lines) - 1} checks: {len(refused)} refused")
-    assert len(refused) == 6
+    assert len(refused) == 7
 
 
 def test_a_tokenizer_that_does_not_load_is_refused_and_the_endpoints_are_still_checked(tmp_path):

@@ -139,8 +139,6 @@ def check_endpoints(options: Any, setup: Any) -> list[CheckLine]:
         )
     except DataGenError as exc:  # a bad URL, or every endpoint disagreeing with the tokenizer (the run's own)
         return [*lines, CheckLine("endpoints", "refused", _one_line(exc))]
-    for verdict in verdicts:
-        lines += _endpoint_lines(verdict, checks)
     passed = sum(isinstance(v, ServerInfo) for v in verdicts)
     recipe = setup.recipe if setup is not None else None
     try:
@@ -148,6 +146,8 @@ def check_endpoints(options: Any, setup: Any) -> list[CheckLine]:
     except DataGenError as exc:
         return [*lines, CheckLine("endpoints", "refused", _one_line(exc))]
     summary = f"{passed} of {len(urls)} pass preflight, {needed} required"
+    for verdict in verdicts:  # one a run would leave out while enough others pass is a warning, as in the run
+        lines += _endpoint_lines(verdict, checks, "refused" if passed < needed else "warn", summary)
     if passed < needed:
         lines.append(CheckLine("endpoints", "refused", f"{summary}: a run stops in its preflight; fix those refused"))
     else:
@@ -162,10 +162,13 @@ def check_endpoints(options: Any, setup: Any) -> list[CheckLine]:
     return lines
 
 
-def _endpoint_lines(verdict: ServerInfo | LeftOut, checks: dict[str, str]) -> list[CheckLine]:
+def _endpoint_lines(
+    verdict: ServerInfo | LeftOut, checks: dict[str, str], left_out: Verdict, summary: str
+) -> list[CheckLine]:
     item = f"endpoint {verdict.url}"
     if isinstance(verdict, LeftOut):
-        return [CheckLine(item, "refused", verdict.reason)]
+        after = "" if left_out == "refused" else f" (a run leaves this endpoint out and goes on: {summary})"
+        return [CheckLine(item, left_out, verdict.reason + after)]
     slots = f", {verdict.max_running_requests} running slots" if verdict.max_running_requests else ""
     compared = checks.get(verdict.url)
     agrees = f"; tokenizer agrees (compared by {compared})" if compared in ("messages", "prompt") else ""

@@ -116,7 +116,7 @@ def test_a_misconfigured_deployment_is_refused_line_by_line(tmp_path, standin_di
     assert "prompt source not found" in line("source math: missing.jsonl")
     assert f"ok      endpoint {good.url}: serves moonshotai/Kimi-K2.5" in result.stdout  # the others are still judged
     assert "ok      source math: math.jsonl: 1 file(s), 3 records" in result.stdout
-    assert "refused endpoints: 1 of 5 pass preflight, 5 required: a run stops in its preflight" in result.stdout
+    assert "refused endpoints: 1 of 5 SGLang endpoints passed preflight, fewer than the 5 required" in result.stdout
     assert lines[-1].startswith(f"{len(lines) - 1} checks: {len(refused)} refused")
     assert len(refused) == 7
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from eagle_datagen import settings
 from eagle_datagen.errors import DataGenError
 from eagle_datagen.inference.endpoint_minimum import required_endpoints
-from eagle_datagen.inference.preflight import LeftOut, ServerInfo, judge_each
+from eagle_datagen.inference.preflight import LeftOut, ServerInfo, judge_each, too_few_endpoints
 from eagle_datagen.inference.server_flags import SERVER_FLAGS
 from eagle_datagen.inference.tokenizer_agreement import agreement_check
 
@@ -148,8 +148,11 @@ def check_endpoints(options: Any, setup: Any) -> list[CheckLine]:
     summary = f"{passed} of {len(urls)} pass preflight, {needed} required"
     for verdict in verdicts:  # one a run would leave out while enough others pass is a warning, as in the run
         lines += _endpoint_lines(verdict, checks, "refused" if passed < needed else "warn", summary)
-    if passed < needed:
-        lines.append(CheckLine("endpoints", "refused", f"{summary}: a run stops in its preflight; fix those refused"))
+    if passed < needed:  # in the run's own words
+        left = [v for v in verdicts if isinstance(v, LeftOut)]
+        lines.append(
+            CheckLine("endpoints", "refused", too_few_endpoints(passed, urls, left, needed, options.front_end))
+        )
     else:
         lines.append(CheckLine("endpoints", "ok", summary))
     weights = {v.weight_version for v in verdicts if isinstance(v, ServerInfo)}

@@ -432,13 +432,7 @@ async def judge_endpoints(
         raise RunLevelError(run_level[0].reason)
     left_out = [_endpoints_own(x, len(servers)) if x.run_level else x for x in left_out]
     if len(servers) < max(min_endpoints, 1):
-        if len(urls) == 1 and left_out:
-            raise ConfigError(left_out[0].reason)
-        reasons = "; ".join(f"{x.url}: {x.reason}" for x in left_out) or "none"
-        raise ConfigError(
-            f"{len(servers)} of {len(urls)} SGLang endpoints passed preflight, fewer than the {min_endpoints} "
-            f"required ({settings.named('min_endpoints', front_end)}); left out: {reasons}"
-        )
+        raise ConfigError(too_few_endpoints(len(servers), urls, left_out, min_endpoints, front_end))
     for x in left_out:
         log.warning(
             "endpoint %s is left out of this run (%d of %d go on): %s", x.url, len(servers), len(urls), x.reason
@@ -448,6 +442,17 @@ async def judge_endpoints(
         raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
     warn_seed_not_reproducible(servers)
     return EndpointVerdicts(servers, left_out, {s.url: checks[s.url] for s in servers if s.url in checks})
+
+
+def too_few_endpoints(passed: int, urls: list[str], left_out: list[LeftOut], min_endpoints: int, front_end: str) -> str:
+    """The one line that stops a run whose preflight passed fewer endpoints than required (and `check`'s)."""
+    if len(urls) == 1 and left_out:
+        return left_out[0].reason
+    reasons = "; ".join(f"{x.url}: {x.reason}" for x in left_out) or "none"
+    return (
+        f"{passed} of {len(urls)} SGLang endpoints passed preflight, fewer than the {min_endpoints} "
+        f"required ({settings.named('min_endpoints', front_end)}); left out: {reasons}"
+    )
 
 
 def _endpoints_own(left: LeftOut, passed: int) -> LeftOut:

@@ -24,6 +24,7 @@ from eagle_datagen.inference.endpoint_minimum import required_endpoints
 from eagle_datagen.inference.preflight import LeftOut, ServerInfo, judge_each, too_few_endpoints
 from eagle_datagen.inference.server_flags import SERVER_FLAGS
 from eagle_datagen.inference.tokenizer_agreement import agreement_check
+from eagle_datagen.redaction import redact
 
 Verdict = Literal["ok", "warn", "refused"]
 # Written (and overwritten) by every check: one small object under a name that says what it is, never deleted.
@@ -53,7 +54,8 @@ def refused(lines: list[CheckLine]) -> list[CheckLine]:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
+    """The failure as one line, secrets redacted (a store's error can echo what it was given)."""
+    text = redact(str(exc) or type(exc).__name__)
     return " ".join(text.split())[:500]
 
 
@@ -237,10 +239,8 @@ def check_sources(plans: list[Any], recipe: Any, count: bool = True) -> list[Che
             except DataGenError as exc:
                 lines.append(CheckLine(item, "refused", _one_line(exc)))
                 continue
-            if records == 0:
-                lines.append(
-                    CheckLine(item, "refused", f"{len(files)} file(s) and no record: give a source with prompts")
-                )
+            if records == 0:  # a run reads it and plans nothing from it: worth saying, not a refusal
+                lines.append(CheckLine(item, "warn", f"{len(files)} file(s) and no record: is it the right source?"))
             else:
                 counted = f", {records:,} records" if records is not None else ""
                 lines.append(CheckLine(item, "ok", f"{len(files)} file(s){counted}"))

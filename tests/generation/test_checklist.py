@@ -134,3 +134,29 @@ def test_a_tokenizer_that_does_not_load_is_refused_and_the_endpoints_are_still_c
     assert "warn    endpoints: no canary and no tokenizer agreement: the tokenizer did not load" in result.stdout
     assert f"ok      endpoint {server.url}: serves moonshotai/Kimi-K2.5" in result.stdout
     assert generations == 0  # no canary without the tokenizer's chat template
+
+
+def test_a_keyed_deployment_is_checked_with_its_key_and_a_wrong_or_missing_one_is_refused(tmp_path, monkeypatch):
+    """The check sends the run's key (the same ServerAccess): with it the endpoint passes; without it, or with another,
+    the endpoint is refused (a run stops on a refused key whatever the other endpoints say) and exit is 1. The key
+    itself is printed nowhere."""
+    key = "sk-check-7f3a9c1e"
+    folder = tmp_path / "in"
+    folder.mkdir()
+    args = ["--recipe", str(recipe(folder, "math.jsonl")), "--tokenizer", "standin:kimi-k2.5"]
+    monkeypatch.delenv("EAGLE_DATAGEN_API_KEY", raising=False)
+    with sim(api_key=key) as server:
+        args += ["--sglang-url", server.url, "--output", str(tmp_path / "out")]
+        missing = check(*args)
+        monkeypatch.setenv("EAGLE_DATAGEN_API_KEY", "sk-wrong")
+        wrong = check(*args)
+        monkeypatch.setenv("EAGLE_DATAGEN_API_KEY", key)
+        right = check(*args)
+    for result in (missing, wrong):
+        assert result.returncode == 1, result.stdout + result.stderr[-2000:]
+        [line] = [x for x in lines_of(result) if x.startswith(f"refused endpoint {server.url}")]
+        assert "401" in line and "$EAGLE_DATAGEN_API_KEY" in line
+    assert right.returncode == 0, right.stdout + right.stderr[-2000:]
+    assert f"ok      endpoint {server.url}: serves moonshotai/Kimi-K2.5" in right.stdout
+    for result in (missing, wrong, right):
+        assert key not in result.stdout + result.stderr

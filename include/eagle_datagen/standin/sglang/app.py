@@ -166,7 +166,8 @@ async def flush_cache(request: web.Request) -> web.Response:
             return web.Response(status=400, text="Timed out waiting for idle state." if timeout else FLUSH_FAILED_TEXT)
         await asyncio.sleep(0.01)
     state.prefix_cache.clear()
-    return web.Response(status=200, text=FLUSH_CACHE_TEXT)  # SGLang's names no content type (docs/real-engine.md)
+    # SGLang's names no content type (docs/internals/real-engine.md)
+    return web.Response(status=200, text=FLUSH_CACHE_TEXT)
 
 
 async def metrics(request: web.Request) -> web.Response:

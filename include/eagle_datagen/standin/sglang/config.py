@@ -97,7 +97,7 @@ class SimConfig:
     # KV held for prefix reuse (SGLang's radix cache), in tokens; 0 disables it (--disable-radix-cache). A
     # Kimi-K2.5 replica on 8 x H200 (TP 8, INT4 weights ~74 GB per GPU, MLA latent KV of ~69 KiB per token
     # replicated on every GPU) has room for ~700k tokens of KV; 64 running requests hold ~200k of it, so about
-    # 500k are left for cached prefixes (docs/prefix_cache.md).
+    # 500k are left for cached prefixes (docs/internals/prefix_cache.md).
     prefix_cache_tokens: int = 500_000
     stream_interval: int = 8  # tokens per streamed event, unless the request sets its own
     startup_seconds: float = 0.0  # /health_generate answers 503 this long after every (re)start

@@ -63,8 +63,10 @@ def recording_preflight(calls: list, monkeypatch) -> None:
     async def record(urls, setup, model, canary, **kwargs):  # noqa: ANN001, ANN003, ANN202
         # what the endpoints are asked and judged by; the output root, run id, caller and check objects differ, and
         # the front end, which words the messages (settings.named)
-        ignored = ("root", "run_id", "by", "agreement", "wanted_min", "front_end")
+        ignored = ("root", "run_id", "by", "agreement", "wanted_min", "front_end", "access")
         same = {k: v for k, v in kwargs.items() if k not in ignored}
+        access = kwargs.get("access")  # the key and CA bundle sent; its messages are in the front end's words
+        same["access"] = (access.api_key is not None, access.ca_bundle) if access is not None else None
         calls.append(
             {
                 "urls": list(urls),

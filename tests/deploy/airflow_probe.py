@@ -1,6 +1,7 @@
 """Run by a clean Airflow venv's python (tests/deploy/test_airflow_versions.py), with AIRFLOW_HOME and the DAG and
 plugin folders set in the environment: a fresh metadata DB and the `sglang` pool, the plugins loaded, every DAG
-parsed, then one category DAG run with `dag.test()`. Prints one JSON line of what it found.
+parsed, then one category DAG run with `dag.test()`; then the retry rules by the version's own means
+(the DAG of retry_rules_dag.py). Prints one JSON line of what it found.
 
 DAGs are found by their `category:` tag, not by id, so a change of DAG ids does not break it.
 """
@@ -41,6 +42,9 @@ def main() -> None:
             "state": str(getattr(run.state, "value", run.state)),
             "tasks": {f"{ti.task_id}[{ti.map_index}]": str(ti.state) for ti in run.get_task_instances()},
         }
+    if "probe_retry_rules" in facts["dags"]:  # tests/deploy/retry_rules_dag.py
+        run = bag.get_dag("probe_retry_rules").test()
+        facts["retries"] = {ti.task_id: [str(ti.state), ti.try_number] for ti in run.get_task_instances()}
     print("PROBE " + json.dumps(facts))
 
 

@@ -1,7 +1,8 @@
 """The Airflow APIs the DAGs and plugins use, on every supported version (3.1 and later; docs/install.md).
 
 Each name comes from where the newest Airflow has it, else from where older ones do: 3.2 moved the task exceptions
-to airflow.sdk.exceptions and added airflow.sdk.configuration; 3.3 added the task retry policy. Without the policy,
+to airflow.sdk.exceptions, added airflow.sdk.configuration and made retry_exponential_backoff a multiplier (3.1 takes
+only True: a multiplier of 2); 3.3 added the task retry policy. Without the policy,
 `task_with(rules)` gives the same outcome by older means: a task whose body raises an exception that `rules` fail at
 once raises AirflowFailException instead, which every Airflow 3 fails without retries. On 3.3 and later nothing here
 changes what the DAGs do.
@@ -29,6 +30,7 @@ __all__ = [
     "AirflowRescheduleException",
     "HAS_RETRY_POLICY",
     "airflow_conf",
+    "exponential_backoff",
     "fail_terminal",
     "retry_policy",
     "task_with",
@@ -49,6 +51,19 @@ def airflow_conf() -> Any:
     except ImportError:  # before 3.2
         from airflow.configuration import conf
     return conf
+
+
+def exponential_backoff(multiplier: float) -> float | bool:
+    """`multiplier` as the operators' retry_exponential_backoff. Airflow 3.1 takes only a bool, and True waits
+    retry_delay * 2 ** (try - 1) (with the same jitter), as a multiplier of 2 does on 3.2 and later."""
+    from airflow.sdk.bases.operator import BASEOPERATOR_ARGS_EXPECTED_TYPES
+
+    accepted = BASEOPERATOR_ARGS_EXPECTED_TYPES.get("retry_exponential_backoff", float)
+    if float in (accepted if isinstance(accepted, tuple) else (accepted,)):
+        return multiplier
+    if multiplier != 2.0:
+        raise ValueError(f"Airflow before 3.2 backs off only by a multiplier of 2, not {multiplier}")
+    return True
 
 
 def retry_policy(rules: Sequence[Rule]) -> Any:

@@ -40,7 +40,7 @@ DEFAULT_ARGS: dict[str, Any] = {
     "owner": "eagle-datagen",
     "retries": 3,
     "retry_delay": timedelta(seconds=30),
-    "retry_exponential_backoff": 2.0,
+    "retry_exponential_backoff": compat.exponential_backoff(2.0),
     "max_retry_delay": timedelta(minutes=15),
 } | ({"retry_policy": RETRY_POLICY} if compat.HAS_RETRY_POLICY else {})
 

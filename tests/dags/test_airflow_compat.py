@@ -97,3 +97,15 @@ def test_on_3_3_task_is_airflows_own_and_the_dags_keep_the_policy():
 
     assert compat.HAS_RETRY_POLICY and runs.task is sdk_task
     assert runs.DEFAULT_ARGS["retry_policy"] is runs.RETRY_POLICY
+    assert runs.DEFAULT_ARGS["retry_exponential_backoff"] == 2.0 and compat.exponential_backoff(1.5) == 1.5
+
+
+def test_before_3_2_the_backoff_is_true_which_doubles(monkeypatch):
+    from airflow.sdk.bases import operator
+
+    from eagle_datagen_airflow import compat
+
+    monkeypatch.setitem(operator.BASEOPERATOR_ARGS_EXPECTED_TYPES, "retry_exponential_backoff", bool)  # as 3.1's
+    assert compat.exponential_backoff(2.0) is True
+    with pytest.raises(ValueError, match="only by a multiplier of 2, not 1.5"):
+        compat.exponential_backoff(1.5)

@@ -23,6 +23,7 @@ def main() -> None:
         from airflow.models.dagbag import DagBag
     from airflow.models.pool import Pool
     from airflow.utils import db
+    from airflow.utils.cli import get_bagged_dag  # what `airflow dags test` runs: 3.1's dag.test() needs it in the DB
 
     db.resetdb()
     Pool.create_or_update_pool("sglang", slots=2, description="shards generating at once", include_deferred=False)
@@ -36,14 +37,14 @@ def main() -> None:
     facts["dags"] = {dag_id: sorted(dag.tags) for dag_id, dag in bag.dags.items()}
     categories = sorted(d for d, tags in facts["dags"].items() if any(t.startswith("category:") for t in tags))
     if categories and not facts["import_errors"]:
-        run = bag.get_dag(categories[0]).test(run_conf=json.loads(sys.argv[1]))
+        run = get_bagged_dag(None, categories[0]).test(run_conf=json.loads(sys.argv[1]))
         facts["run"] = {
             "dag_id": categories[0],
             "state": str(getattr(run.state, "value", run.state)),
             "tasks": {f"{ti.task_id}[{ti.map_index}]": str(ti.state) for ti in run.get_task_instances()},
         }
     if "probe_retry_rules" in facts["dags"]:  # tests/deploy/retry_rules_dag.py
-        run = bag.get_dag("probe_retry_rules").test()
+        run = get_bagged_dag(None, "probe_retry_rules").test()
         facts["retries"] = {ti.task_id: [str(ti.state), ti.try_number] for ti in run.get_task_instances()}
     print("PROBE " + json.dumps(facts))
 

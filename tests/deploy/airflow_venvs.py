@@ -30,8 +30,11 @@ REQUIREMENTS = REPO / "requirements.txt"
 CONSTRAINTS = REPO / "constraints.txt"
 BUILDER = "1"  # bump when the build steps below change: old venvs are then left alone and new ones built
 # What an Airflow release needs pinned because today's newest breaks Airflow itself, as that release's own constraints
-# file pins it (a user installs Airflow with it): 3.1.0 and 3.1.1 import structlog.dev.Styles, gone in structlog 25.5.
-AIRFLOW_OWN_PINS = {"3.1.0": ["structlog<25.5"], "3.1.1": ["structlog<25.5"]}
+# file pins it (a user installs Airflow with it): 3.1.0 and 3.1.1 import structlog.dev.Styles, gone in structlog 25.5;
+# 3.1.0's task runner sends JSON without a content type, which FastAPI 0.118 and later refuse (422; 3.1.8 asks for
+# fastapi<0.118 itself).
+OLD_31 = ["structlog<25.5", "fastapi<0.118"]
+AIRFLOW_OWN_PINS = {"3.1.0": OLD_31, "3.1.1": OLD_31}
 
 
 def supported_range() -> tuple[str, str]:

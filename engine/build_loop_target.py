@@ -98,7 +98,8 @@ def build(target: Path, standin_dir: Path) -> None:
     tiny.build(
         target, standin_dir, layers=LAYERS, table=next_token_probabilities(), classes=token_classes(),
         description="The CPU loop's target: eagle-datagen's tiny model chain with 4 layers and a greedy path "
-        "(a cycle of 8 lead tokens), built by engine/build_loop_target.py. See docs/evaluation-cpu-loop.md.\n",
+        "(a cycle of 8 lead tokens), built by engine/build_loop_target.py. "
+        "See docs/internals/evaluation-cpu-loop.md.\n",
     )
 
 

@@ -3,7 +3,7 @@ SGLang target accepts, far beyond an untrained drafter and beyond one trained on
 same prompts with the same step budget. eagle_datagen_stack.cpu_loop runs the whole chain with the product's own
 parts (generate with the frozen held-out split, export, hidden states, `speculators train`, convert, serve with
 EAGLE3, `eagle-datagen evaluate` on the on-policy run's held-out prompts);
-docs/evaluation-cpu-loop.md has the table and what it costs (about 6 minutes and 4 GiB on a quiet 2-core machine)."""
+docs/internals/evaluation-cpu-loop.md has the table and what it costs (about 3-5 minutes and 4.5 GiB on 2 cores)."""
 
 from __future__ import annotations
 

@@ -92,7 +92,8 @@ def missing_file(source: BenchmarkSource, where: str, front_end: str = "cli", fr
     )
     return (
         f"benchmark {source.name} of the decontamination list has no file at {where}: put the file there "
-        f"(docs/prompt-sources.md, \"Benchmark files\"; {settings.named('benchmark_dir', front_end)} names the folder "
+        f"(docs/internals/prompt-sources.md, \"Benchmark files\"; "
+        f"{settings.named('benchmark_dir', front_end)} names the folder "
         f"relative paths are read under), or {remove}"
     )
 

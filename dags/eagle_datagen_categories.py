@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from airflow.sdk import dag, task
+from airflow.sdk import dag
 
 from eagle_datagen_airflow import form, recipe, recipe_set, runs, tasks
 from eagle_datagen_airflow.recipe import AirflowRecipe
+from eagle_datagen_airflow.runs import task  # airflow.sdk.task, with the retry rules before Airflow 3.3
 
 
 def category_dag(of: AirflowRecipe, category: str) -> None:

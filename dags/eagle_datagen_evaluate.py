@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from airflow.sdk import dag, task
+from airflow.sdk import dag
 
 from eagle_datagen_airflow import evaluation, form, recipe, recipe_set, runs
 from eagle_datagen_airflow.recipe import AirflowRecipe
+from eagle_datagen_airflow.runs import task  # airflow.sdk.task, with the retry rules before Airflow 3.3
 
 
 def evaluate_dag(of: AirflowRecipe) -> None:

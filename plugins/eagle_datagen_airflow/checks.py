@@ -44,7 +44,8 @@ def pool_line(name: str = POOL) -> CheckLine:
 def connection_lines(params: Mapping[str, Any], endpoints: int) -> list[CheckLine]:
     """The SGLang connection (read already: a missing or bad one stops the task before this) and the AWS one."""
     from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from eagle_datagen_airflow.compat import AirflowNotFoundException
 
     lines = [CheckLine(f"airflow connection {params['sglang_conn_id']}", "ok", f"{endpoints} SGLang endpoint(s)")]
     aws = params["aws_conn_id"]

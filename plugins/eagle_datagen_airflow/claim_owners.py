@@ -151,9 +151,8 @@ def still_waiting_for(
 def wait_or_fail(reason: str, waiting_since: datetime | None, ttl_s: float) -> None:
     """Reschedule the plan task a heartbeat interval from now (it waits for holders that still run), or, once it
     has waited the claim TTL, fail it with `reason` (the holders, their last sign of life, why they still run)."""
-    from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
-
     from eagle_datagen.generation.claims import heartbeat_interval_s
+    from eagle_datagen_airflow.compat import AirflowFailException, AirflowRescheduleException
 
     waited_s = 0.0 if waiting_since is None else time.time() - waiting_since.timestamp()
     if waited_s >= ttl_s:

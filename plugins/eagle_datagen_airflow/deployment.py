@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
 from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
+from eagle_datagen_airflow.compat import AirflowNotFoundException
 
 log = logging.getLogger(__name__)
 

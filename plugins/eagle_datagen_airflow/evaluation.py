@@ -14,10 +14,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException
-
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.inference.access import KeyRefused
+from eagle_datagen_airflow.compat import AirflowFailException
 from eagle_datagen_airflow.deployment import object_store, sglang_deployment, sglang_key
 from eagle_datagen_airflow.runs import refuse_unknown_conf, sanitize
 

@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import ExceptionRetryPolicy, RetryAction, RetryRule
-
 from eagle_datagen.errors import ConfigError
+from eagle_datagen_airflow import compat
 from eagle_datagen_airflow.deployment import Deployment
 
 UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -21,30 +20,29 @@ MAX_RUN_ID = 128
 # retrying cannot fix them, so the task fails at once with the package's one-line message. Everything
 # else retries with exponential backoff; a shard whose samples ran out of attempts (RetryableShardError)
 # resumes from its checkpoints, on any worker; a plan that could not get the output root's plan lock
-# (PlanLockBusy) plans again.
-RETRY_POLICY = ExceptionRetryPolicy(
-    rules=[
-        RetryRule(  # first: it is a DataGenError, but other planners' lock clears with time
-            exception="eagle_datagen.generation.plan_lock.PlanLockBusy",
-            action=RetryAction.RETRY,
-            reason="other incremental runs held the plan lock of the output root: plan again later",
-        ),
-        RetryRule(
-            exception="eagle_datagen.errors.DataGenError",
-            action=RetryAction.FAIL,
-            reason="an expected, terminal failure (see the message): retrying cannot fix it",
-        ),
-    ]
-)
+# (PlanLockBusy) plans again. Airflow 3.3 applies them as the DAGs' retry policy, older ones through `task`.
+RETRY_RULES: list[compat.Rule] = [
+    (  # first: it is a DataGenError, but other planners' lock clears with time
+        "eagle_datagen.generation.plan_lock.PlanLockBusy",
+        True,
+        "other incremental runs held the plan lock of the output root: plan again later",
+    ),
+    (
+        "eagle_datagen.errors.DataGenError",
+        False,
+        "an expected, terminal failure (see the message): retrying cannot fix it",
+    ),
+]
+RETRY_POLICY = compat.retry_policy(RETRY_RULES)  # None before Airflow 3.3
+task = compat.task_with(RETRY_RULES)  # what the DAG files decorate their tasks with
 
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "eagle-datagen",
     "retries": 3,
     "retry_delay": timedelta(seconds=30),
-    "retry_exponential_backoff": 2.0,
+    "retry_exponential_backoff": compat.exponential_backoff(2.0),
     "max_retry_delay": timedelta(minutes=15),
-    "retry_policy": RETRY_POLICY,
-}
+} | ({"retry_policy": RETRY_POLICY} if compat.HAS_RETRY_POLICY else {})
 
 
 def sanitize(value: str) -> str:

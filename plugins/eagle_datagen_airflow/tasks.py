@@ -12,11 +12,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException
-
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.inference.access import KeyRefused
 from eagle_datagen_airflow.checks import check_deployment
+from eagle_datagen_airflow.compat import AirflowFailException
 from eagle_datagen_airflow.deployment import object_store, sglang_deployment, sglang_key
 from eagle_datagen_airflow.runs import refuse_unknown_conf, run_config, run_id_for
 
@@ -121,9 +120,9 @@ def plan(
 def check_mappable(shards: int, samples: int, shard_size: int) -> None:
     """Airflow refuses to map more than [core] max_map_length task instances, and says so only as "pushed
     value is too large to map": fail the plan with the fix instead, before any shard is generated."""
-    from airflow.sdk.configuration import conf
+    from eagle_datagen_airflow.compat import airflow_conf
 
-    limit = conf.getint("core", "max_map_length", fallback=1024)
+    limit = airflow_conf().getint("core", "max_map_length", fallback=1024)
     if shards > limit:
         needed = math.ceil(shard_size * shards / limit)
         raise AirflowFailException(

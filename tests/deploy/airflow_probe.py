@@ -1,6 +1,7 @@
 """Run by a clean Airflow venv's python (tests/deploy/test_airflow_versions.py), with AIRFLOW_HOME and the DAG and
 plugin folders set in the environment: a fresh metadata DB and the `sglang` pool, the plugins loaded, every DAG
-parsed, then one category DAG run with `dag.test()`. Prints one JSON line of what it found.
+parsed, then one category DAG run with `dag.test()`; then the retry rules by the version's own means
+(the DAG of retry_rules_dag.py). Prints one JSON line of what it found.
 
 DAGs are found by their `category:` tag, not by id, so a change of DAG ids does not break it.
 """
@@ -22,6 +23,7 @@ def main() -> None:
         from airflow.models.dagbag import DagBag
     from airflow.models.pool import Pool
     from airflow.utils import db
+    from airflow.utils.cli import get_bagged_dag  # what `airflow dags test` runs: 3.1's dag.test() needs it in the DB
 
     db.resetdb()
     Pool.create_or_update_pool("sglang", slots=2, description="shards generating at once", include_deferred=False)
@@ -35,12 +37,15 @@ def main() -> None:
     facts["dags"] = {dag_id: sorted(dag.tags) for dag_id, dag in bag.dags.items()}
     categories = sorted(d for d, tags in facts["dags"].items() if any(t.startswith("category:") for t in tags))
     if categories and not facts["import_errors"]:
-        run = bag.get_dag(categories[0]).test(run_conf=json.loads(sys.argv[1]))
+        run = get_bagged_dag(None, categories[0]).test(run_conf=json.loads(sys.argv[1]))
         facts["run"] = {
             "dag_id": categories[0],
             "state": str(getattr(run.state, "value", run.state)),
             "tasks": {f"{ti.task_id}[{ti.map_index}]": str(ti.state) for ti in run.get_task_instances()},
         }
+    if "probe_retry_rules" in facts["dags"]:  # tests/deploy/retry_rules_dag.py
+        run = get_bagged_dag(None, "probe_retry_rules").test()
+        facts["retries"] = {ti.task_id: [str(ti.state), ti.try_number] for ti in run.get_task_instances()}
     print("PROBE " + json.dumps(facts))
 
 

@@ -5,7 +5,8 @@ changes (the wheel's code is laid over it per test, see `overlay`); one unused f
 lock per venv, so two test processes never build the same one at once; a build that died leaves no stamp and is
 built again.
 
-Each build installs Airflow alone first, then the wheel with its `airflow` extra the way a user would
+Each build installs Airflow alone first (with what its release's own constraints pin where today's newest breaks
+it: AIRFLOW_OWN_PINS), then the wheel with its `airflow` extra the way a user would
 (`pip install eagle-datagen[airflow]` into that environment), and records in `build.json` every package the second
 step changed: what pip had to replace of Airflow's own environment.
 """
@@ -28,6 +29,12 @@ PYPROJECT = REPO / "pyproject.toml"
 REQUIREMENTS = REPO / "requirements.txt"
 CONSTRAINTS = REPO / "constraints.txt"
 BUILDER = "1"  # bump when the build steps below change: old venvs are then left alone and new ones built
+# What an Airflow release needs pinned because today's newest breaks Airflow itself, as that release's own constraints
+# file pins it (a user installs Airflow with it): 3.1.0 and 3.1.1 import structlog.dev.Styles, gone in structlog 25.5;
+# 3.1.0's task runner sends JSON without a content type, which FastAPI 0.118 and later refuse (422; 3.1.8 asks for
+# fastapi<0.118 itself).
+OLD_31 = ["structlog<25.5", "fastapi<0.118"]
+AIRFLOW_OWN_PINS = {"3.1.0": OLD_31, "3.1.1": OLD_31}
 
 
 def supported_range() -> tuple[str, str]:
@@ -51,6 +58,7 @@ def requirement_hash(version: str, constrained: bool) -> str:
         "builder": BUILDER,
         "python": sys.version_info[:2],
         "airflow": version,
+        "airflow_pins": AIRFLOW_OWN_PINS.get(version, []),
         "dependencies": project["dependencies"],
         "extras": project["optional-dependencies"],
         "constraints": CONSTRAINTS.read_text() if constrained else None,
@@ -91,7 +99,7 @@ def _build(venv: Path, version: str, wheel: Path, constrained: bool) -> dict:
     subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, capture_output=True)  # noqa: SLF001
     python = venv / "bin" / "python"
     pins = ["-c", str(CONSTRAINTS)] if constrained else []
-    _pip(python, f"apache-airflow=={version}", *pins)
+    _pip(python, f"apache-airflow=={version}", *AIRFLOW_OWN_PINS.get(version, []), *pins)
     before = _freeze(python)
     _pip(python, f"{wheel}[airflow]", *pins)
     after = _freeze(python)

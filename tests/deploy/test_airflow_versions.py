@@ -6,7 +6,9 @@ user would install it (tests/deploy/airflow_venvs.py; the venvs are cached under
 end installs without the project's constraints, as a user's environment would; the highest with them, as the image
 does. Then, from a temporary AIRFLOW_HOME holding copies of dags/ and plugins/: the plugins load, every DAG parses,
 and one category DAG runs with `dag.test()` against the stand-in server (`eagle-datagen serve-sim`) into a local
-output root, whose manifest and shards must be there.
+output root, whose manifest and shards must be there. Last, the retry rules: a task whose package step raises a
+terminal error fails on its first try (Airflow 3.3's retry policy, or compat.py's AirflowFailException before it),
+and one that opts out of them is retried.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from airflow_venvs import airflow_venv, build_wheel, overlay, supported_range
 from conftest import REPO
 
 PROBE = Path(__file__).with_name("airflow_probe.py")
+RETRY_RULES_DAG = Path(__file__).with_name("retry_rules_dag.py")
 DEMO_MATH = REPO / "include" / "data" / "demo_prompts" / "math.jsonl"
 RUN_CONF = {"shard_size": 2, "samples_per_prompt": 1, "draft_vocab_size": 16}
 LOWEST, HIGHEST = supported_range()
@@ -54,6 +57,7 @@ def airflow_home(folder: Path) -> tuple[Path, Path]:
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(REPO / "dags", home / "dags", ignore=ignore)
     shutil.copytree(REPO / "plugins", home / "plugins", ignore=ignore)
+    shutil.copy2(RETRY_RULES_DAG, home / "dags" / RETRY_RULES_DAG.name)
     lines = DEMO_MATH.read_text(encoding="utf-8").splitlines()[:4]
     (folder / "math.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     recipe = folder / "recipe.yaml"
@@ -129,3 +133,4 @@ def test_wheel_runs_in_a_clean_airflow(end, wheel, tmp_path):
     shards = [entry for entry in manifest["files"] if entry["key"].startswith("data/")]
     assert shards and all((output / entry["key"]).is_file() for entry in shards), manifest["files"]
     assert manifest["counts"]["data"] + manifest["counts"]["quarantine"] == 4, manifest["counts"]
+    assert facts["retries"] == {"terminal": ["failed", 1], "healing": ["success", 2]}, facts["retries"]

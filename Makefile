@@ -14,7 +14,7 @@ SGLANG_PINS := engine/requirements.txt engine/requirements-nodeps.txt engine/con
 SGLANG_HASH := $(shell cat $(SGLANG_PINS) | sha256sum | cut -c1-16)
 SGLANG_STAMP := $(SGLANG_VENV)/.installed-$(SGLANG_HASH)
 
-.PHONY: venv sglang sglang-serve speculators-env eval-loop browser compose test test-fast demo demo-cli demo-multiturn airflow lint bench constraints clean
+.PHONY: venv sglang sglang-serve speculators-env specforge-env eval-loop browser compose test test-fast demo demo-cli demo-multiturn airflow lint bench constraints clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,24 @@ $(SPECULATORS_STAMP): $(SPECULATORS_PINS)
 	$(SPECULATORS_VENV)/bin/python -m pip install --quiet -r $(SPECULATORS_PINS)
 	@touch $@
 
+# A side environment with SpecForge 0.2.0 (--no-deps) on torch 2.13.0 (a CPU build here) for
+# tests/export/test_specforge_reader.py, which skips without it: SpecForge's own reader of pre-tokenized prompts reads
+# our export. SpecForge's pins (torch 2.11.0, sglang 0.5.14) are left out: the reader imports none of them, and
+# SpecForge trains only with CUDA and its own SGLang (docs/training.md). About 1.5 minutes once, 0.9 GB.
+SPECFORGE_VENV := .venv-specforge
+SPECFORGE_PINS := tests/export/specforge-env.txt
+SPECFORGE_STAMP := $(SPECFORGE_VENV)/.installed-$(shell cat $(SPECFORGE_PINS) | sha256sum | cut -c1-16)
+specforge-env: $(SPECFORGE_STAMP)
+
+$(SPECFORGE_STAMP): $(SPECFORGE_PINS)
+	@test -x $(SPECFORGE_VENV)/bin/python || $(PYTHON) -m venv $(SPECFORGE_VENV)
+	@rm -f $(SPECFORGE_VENV)/.installed-*
+	@echo "building $(SPECFORGE_VENV) (SpecForge 0.2.0's reader on a CPU torch) ..."
+	$(SPECFORGE_VENV)/bin/python -m pip install --quiet torch==2.13.0 -c $(SPECFORGE_PINS)
+	$(SPECFORGE_VENV)/bin/python -m pip install --quiet --no-deps specforge==0.2.0
+	$(SPECFORGE_VENV)/bin/python -m pip install --quiet -r $(SPECFORGE_PINS)
+	@touch $@
+
 # The loop closed on the CPU: on-policy data -> EAGLE-3 drafter -> accept length in the real SGLang, against a random
 # and an off-policy drafter; prints the table (docs/evaluation-cpu-loop.md). About 6-9 minutes on 2 cores.
 eval-loop: sglang speculators-env  ## train drafters on on-policy and off-policy data on the CPU, print accept lengths
@@ -82,7 +100,7 @@ compose:
 	  echo "installing Debian's docker-compose to validate docker-compose.yaml ..."; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
 
-test: venv sglang speculators-env lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
+test: venv sglang speculators-env specforge-env lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
 	EAGLE_DATAGEN_REQUIRE_ENGINE=1 EAGLE_DATAGEN_EXIT_RUNS=50 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## skip the slow integration tests

@@ -78,3 +78,17 @@ def import_a_missing_name(folder: Path) -> None:
     text = code.read_text(encoding="utf-8")
     line = "from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode\n"
     code.write_text(text.replace("import tiktoken\n", "import tiktoken\n" + line, 1), encoding="utf-8")
+
+
+def ignore_instant_switch(folder: Path) -> None:
+    """A chat template without the instant switch: with `thinking=False` the generation prompt still ends in
+    `<think>` (not `<think></think>`); every thinking-mode rendering is the stand-in's own."""
+    instant = "{%- elif add_generation_prompt -%}\n<|im_assistant|>assistant<|im_middle|><think></think>"
+    template = folder / "chat_template.jinja"
+    text = template.read_text(encoding="utf-8")
+    assert text.count(instant) == 1
+    template.write_text(text.replace(instant, instant.removesuffix("</think>")), encoding="utf-8")
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    if isinstance(config.get("chat_template"), str) and instant in config["chat_template"]:
+        config["chat_template"] = config["chat_template"].replace(instant, instant.removesuffix("</think>"))
+        (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")

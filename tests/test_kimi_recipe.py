@@ -24,9 +24,16 @@ CATEGORIES = {
 THINK, END = 163606, 163607
 
 
-def cli(command: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+BENCHMARKS = REPO / "tests" / "data" / "benchmarks"  # small files in the benchmarks' own formats, as --benchmark-dir
+NAMED = ["humaneval", "mt_bench", "gsm8k", "math500", "ceval", "aime", "bfcl", "speed_bench"]
+
+
+def cli(
+    command: str, env: dict[str, str], *args: str, benchmarks: Path | None = BENCHMARKS
+) -> subprocess.CompletedProcess:
     base = [sys.executable, "-m", "eagle_datagen.cli", command, "--recipe", str(KIMI_RECIPE)]
     base += ["--tokenizer", "standin:kimi-k2.5", "--trust-remote-code"]
+    base += ["--benchmark-dir", str(benchmarks)] if benchmarks is not None else []
     return subprocess.run([*base, *args], env=env, capture_output=True, text=True, cwd=REPO, timeout=600)
 
 
@@ -40,6 +47,7 @@ def test_the_recipe_names_its_public_sources_shares_and_modes():
         for source in category.sources:
             assert source.path.startswith("hf://datasets/"), source.path
             assert source.path.removeprefix("hf://datasets/") in fixtures  # each source has its fixture
+    assert [b.name for b in recipe.decontamination.benchmarks] == NAMED  # what the K2.5 drafter cards report
     assert recipe.turns_for("agentic") == "each"
     assert recipe.max_prompt_tokens_for("long_context") == 32768
     text = KIMI_RECIPE.read_text()
@@ -58,6 +66,7 @@ def fixture_env(tmp_path_factory) -> dict[str, str]:
 def test_every_source_of_the_recipe_reads_and_renders_in_its_modes(fixture_env, tmp_path):
     result = cli("tokenize", fixture_env, "--output", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
+    assert f"items of {NAMED}" in result.stderr  # every benchmark the recipe names was read and indexed
     summary = json.loads((tmp_path / "tokenized" / "_summary.json").read_text())
     assert set(summary["categories"]) == CATEGORIES and summary["rejected"] == 0
     modes: Counter[tuple[str, str]] = Counter()
@@ -69,6 +78,18 @@ def test_every_source_of_the_recipe_reads_and_renders_in_its_modes(fixture_env, 
                 assert 8192 <= len(row["prompt_ids"]) <= 32768
     assert {mode for _, mode in modes} == {"thinking", "instant"}
     assert {category for category, _ in modes} == CATEGORIES
+
+
+def test_without_its_benchmark_files_the_recipe_is_refused_in_one_line_naming_the_file_and_the_fix(
+    fixture_env, tmp_path
+):
+    result = cli("tokenize", fixture_env, "--output", str(tmp_path), benchmarks=None)
+    assert result.returncode != 0
+    [line] = [line for line in result.stderr.splitlines() if "error:" in line]
+    expected = KIMI_RECIPE.parent / "mt_bench" / "question.jsonl"
+    assert f"benchmark mt_bench of the decontamination list has no file at {expected}" in line, line
+    assert "--benchmark-dir" in line and "remove mt_bench from the recipe's decontamination.benchmarks" in line, line
+    assert not (tmp_path / "tokenized").exists()
 
 
 @pytest.mark.slow
@@ -84,6 +105,8 @@ def test_the_recipe_runs_end_to_end(fixture_env, tmp_path):
     manifest = json.loads((tmp_path / "manifests" / "run=k.json").read_text())
     assert set(manifest["counts"]["by_category"]) == CATEGORIES
     assert set(manifest["counts"]["modes"]) == {"thinking", "instant"}
+    assert list(manifest["provenance"]["decontamination"]["benchmarks"]) == NAMED  # every set it was checked against
+    assert manifest["validation"]["tokenizer_check_modes"] == ["instant", "thinking"]
     by_mode = manifest["sampling"]["chat"]["sampling_by_mode"]
     assert (by_mode["thinking"]["temperature"], by_mode["instant"]["temperature"]) == (1.0, 0.6)
     rows = [

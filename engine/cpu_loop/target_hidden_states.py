@@ -9,7 +9,7 @@ of the tiny target in transformers gives the same tensors.
 Layer ids here are speculators' (and vLLM's): id k is transformers' `hidden_states[k]` (0 the embeddings,
 num_layers the last layer's output). transformers 5 overwrites `hidden_states[-1]` with the *normed* last state
 unless `config.tie_last_hidden_states` is False, which is set below. SGLang numbers the same states one lower
-(engine/cpu_loop/sglang_drafter.py converts).
+(`eagle-datagen convert-drafter` converts).
 
 Usage (.venv-speculators): python target_hidden_states.py TARGET_DIR DATA_DIR [DATA_DIR ...] --aux-layers 1,2,3
 (several folders share one load of the target)

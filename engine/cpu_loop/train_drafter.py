@@ -11,24 +11,22 @@ speculators 0.9.0 trains on an accelerator; on a machine without one its Trainer
   reached, under SAVE_PATH/final (or at the end of the last epoch when the data runs out first). So two drafters
   given the same `--max-steps` (and `--epochs` at least as large) get the same number of optimizer steps, whatever
   their data.
-Nothing of the installed package is edited; every other flag goes to `speculators train` as it is.
-`--sglang-drafter OUT` (ours) then converts the checkpoint (SAVE_PATH/final, or SAVE_PATH itself after `--dry-run`)
-into the folder SGLang serves (sglang_drafter.py), in the same process.
+Nothing of the installed package is edited; every flag goes to `speculators train` as it is. The checkpoint
+(SAVE_PATH/final, or SAVE_PATH itself after `--dry-run`) is then converted by the product's
+`eagle-datagen convert-drafter` (eagle_datagen_stack/drafter_training.py).
 
 Usage (.venv-speculators): python train_drafter.py SPECULATORS-TRAIN-FLAGS... --max-steps N --save-path DIR
-                           [--sglang-drafter OUT]
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import speculators.train.trainer as trainer_module
 import torch
 from speculators.__main__ import app
 
-FINAL = "final"  # the checkpoint folder under --save-path that the loop converts
+FINAL = "final"  # the checkpoint folder under --save-path that the loop converts (drafter_training.FINAL)
 
 
 def _budget_spent(trainer) -> bool:
@@ -83,18 +81,7 @@ def patch_trainer_for_cpu() -> None:
     trainer_class.run_training = run_training
 
 
-def _take_flag(args: list[str], flag: str) -> str | None:
-    """Remove `flag VALUE` from args; the value (None when absent)."""
-    if flag not in args:
-        return None
-    at = args.index(flag)
-    value = args[at + 1]
-    del args[at : at + 2]
-    return value
-
-
 def main(args: list[str]) -> None:
-    sglang_out = _take_flag(args, "--sglang-drafter")
     patch_trainer_for_cpu()
     sys.argv = ["speculators", "train", *args]
     try:
@@ -102,13 +89,6 @@ def main(args: list[str]) -> None:
     except SystemExit as exit_:  # typer ends with SystemExit(0) on success
         if exit_.code not in (0, None):
             raise
-    if sglang_out:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from sglang_drafter import convert
-
-        save = Path(args[args.index("--save-path") + 1])
-        convert(save if "--dry-run" in args else save / FINAL, Path(sglang_out))
-        print(f"SGLang drafter {sglang_out}", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ that opens with the same first prompt, share it, so a conversation's first step 
 never trained on while the same prompt is held out elsewhere. The rule reads nothing but the prompt and the
 fraction, so a prompt once held out stays held out in every later run, release and backfill, whatever is added.
 
-The fraction is frozen per output root by the first run that plans there (`heldout/policy.json`, written once):
-a later run asking for another fraction is refused before any GPU time. Held-out prompts are still generated
+The fraction is frozen per output root by the first run that plans there to generate (`heldout/policy.json`,
+written once; a dry run plans with the fraction it would freeze and writes nothing): a later run asking for
+another fraction is refused before any GPU time. Held-out prompts are still generated
 (the rows are the evaluation's prompt set and cost ~2% of a run); their rows carry `heldout = true`.
 """
 
@@ -117,20 +118,29 @@ def check_policy(root: OutputRoot, wanted: float | None, front_end: str = "cli")
     return policy
 
 
-def freeze_policy(root: OutputRoot, wanted: float | None, run_id: str, front_end: str = "cli") -> HeldoutPolicy:
-    """The root's policy, written now (write-once) with `wanted` (else the default) if it has none."""
+def provisional_policy(root: OutputRoot, wanted: float | None, run_id: str, front_end: str = "cli") -> HeldoutPolicy:
+    """The root's policy, or the one a run would freeze now (`wanted`, else the default), written nowhere: a dry
+    run plans with it and leaves the choice of the fraction to the first run that generates."""
     policy = check_policy(root, wanted, front_end)
     if policy is not None:
         return policy
     from eagle_datagen.storage.manifest import manifest_run_ids
 
     fraction = settings.default_of("heldout_fraction") if wanted is None else wanted
-    policy = HeldoutPolicy(
+    return HeldoutPolicy(
         fraction=float(fraction),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         created_by=run_id,
         published_before=manifest_run_ids(root),
     )
+
+
+def freeze_policy(root: OutputRoot, wanted: float | None, run_id: str, front_end: str = "cli") -> HeldoutPolicy:
+    """The root's policy, written now (write-once) with `wanted` (else the default) if it has none."""
+    policy = check_policy(root, wanted, front_end)
+    if policy is not None:
+        return policy
+    policy = provisional_policy(root, wanted, run_id, front_end)
     try:
         put_once(root, POLICY_KEY, json.dumps(policy.to_json(), indent=1).encode())
     except ObjectCollision:  # another run froze it first: its fraction holds

@@ -382,9 +382,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             SOURCES,
             help=(
                 "reject prompts whose user text shares a long n-gram with an item of this benchmark set (a file, "
-                "folder or dataset of prompts; SPEED-Bench, MT-Bench, BFCL, GSM8K, MATH-500, C-Eval and HumanEval "
-                "files are read in their published formats), or equals one, as benchmark_overlap; repeatable; "
-                "'humaneval' alone is the shipped HumanEval set (beside the recipe's decontamination.benchmarks)"
+                "folder or dataset of prompts; SPEED-Bench, MT-Bench, BFCL, GSM8K, MATH-500, C-Eval, AIME and "
+                "HumanEval files are read in their published formats), or equals one, as benchmark_overlap; "
+                "repeatable; 'humaneval' alone is the shipped HumanEval set (beside the recipe's "
+                "decontamination.benchmarks)"
             ),
             metavar="NAME=PATH",
             repeat=True,
@@ -410,6 +411,24 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         option="prompts.benchmark_ngram",
         only=_RECIPE_FOR_AIRFLOW,
         bounds=Bounds(4, 64),
+    ),
+    Setting(
+        "benchmark_dir",
+        None,
+        "relative benchmark paths are the recipe's own: beside the recipe file",
+        cli="--benchmark-dir",
+        flag=Flag(
+            SOURCES,
+            help=(
+                "the folder that holds the benchmark files of the recipe's decontamination.benchmarks: their relative "
+                "paths are read under it, not beside the recipe (docs/prompt-sources.md, \"Benchmark files\")"
+            ),
+            metavar="DIR",
+        ),
+        airflow="env:EAGLE_DATAGEN_BENCHMARK_DIR",
+        config="benchmark_dir",
+        option="prompts.benchmark_dir",
+        only="a fact of the machine (where its benchmark files are), not of the prompt set: no recipe key",
     ),
     Setting(
         "near_duplicate_threshold",
@@ -595,6 +614,39 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         config="sglang_urls",
         option="sglang_urls",
         required=True,
+        only=_DEPLOYMENT,
+    ),
+    Setting(
+        "api_key_file",
+        None,
+        "$EAGLE_DATAGEN_API_KEY when set, else no key; a key is never a flag's value (ps and shell history show those)",
+        cli="--api-key-file",
+        flag=Flag(
+            SGLANG,
+            help=(
+                "a file holding the API key of the SGLang deployment (its --api-key, or the router's client key), "
+                "sent as 'Authorization: Bearer' on every request (default: $EAGLE_DATAGEN_API_KEY when set)"
+            ),
+            metavar="FILE",
+        ),
+        airflow="the SGLang connection's password",
+        config="api_key_file",
+        option="api_key_file",
+        only=_DEPLOYMENT + "; Airflow takes the key itself from the connection's password",
+    ),
+    Setting(
+        "ca_bundle",
+        None,
+        "the system's CA certificates check an https endpoint",
+        cli="--ca-bundle",
+        flag=Flag(
+            SGLANG,
+            help="a PEM file of the CA certificates that check https:// endpoints (default: the system's)",
+            metavar="FILE",
+        ),
+        airflow="extra:ca_bundle",
+        config="ca_bundle",
+        option="ca_bundle",
         only=_DEPLOYMENT,
     ),
     Setting(
@@ -1103,7 +1155,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "output",
         None,
-        "no default on the command line; the form's is EAGLE_DATAGEN_OUTPUT",
+        "no default on the command line; the form's is the recipe's airflow.output, else EAGLE_DATAGEN_OUTPUT "
+        "(with several recipes in one Airflow: EAGLE_DATAGEN_OUTPUT/<airflow.name>)",
         cli="--output",
         flag=Flag(
             OUTPUT,
@@ -1119,10 +1172,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             FORM_DEPLOYMENT,
             schema={"pattern": OUTPUT_PATTERN},
         ),
+        recipe="airflow.output",
         config="output",
         option="prompts.output",
         required=True,
-        only=_DEPLOYMENT,
+        only="the recipe's airflow.output is read by the DAGs only (the default of their form)",
     ),
     Setting(
         "run_id",
@@ -1429,6 +1483,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             FORM_DEPLOYMENT,
             schema={"minLength": 1},
         ),
+        recipe="airflow.sglang_conn_id",  # the form's default; with several recipes: sglang_<airflow.name>
         only="Airflow-only: the connection that holds the deployment's settings",
     ),
     Setting(
@@ -1446,6 +1501,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             FORM_DEPLOYMENT,
             schema={"minLength": 1},
         ),
+        recipe="airflow.aws_conn_id",  # the form's default
         only="Airflow-only: the command line reads the AWS environment",
     ),
 )
@@ -1467,6 +1523,11 @@ RECIPE_STRUCTURE = frozenset(
         "mixes.weights",
         "mixes.modes",
         "mixes.seed",
+        # the recipe's DAGs in Airflow (plugins/eagle_datagen_airflow/recipe_set.py): the name in their ids and
+        # assets, and the pool of their SGLang tasks; they shape the DAGs, not a run
+        "airflow",
+        "airflow.name",
+        "airflow.pool",
     }
 )
 
@@ -1675,6 +1736,22 @@ EVALUATE_OWN: tuple[Setting, ...] = (
         option="compare_label",
     ),
     Setting(
+        "compare_api_key_file",
+        None,
+        "$EAGLE_DATAGEN_COMPARE_API_KEY when set, else deployment A's key",
+        cli="--compare-api-key-file",
+        flag=Flag(
+            EVAL_COMPARISON,
+            help="a file holding the API key of deployment B (default: $EAGLE_DATAGEN_COMPARE_API_KEY when set, "
+            "else deployment A's key)",
+            metavar="FILE",
+        ),
+        airflow="env:EAGLE_DATAGEN_COMPARE_API_KEY",
+        config="compare_api_key_file",
+        option="compare_api_key_file",
+        only="the key itself: Airflow's workers read it from $EAGLE_DATAGEN_COMPARE_API_KEY, else use A's",
+    ),
+    Setting(
         "baseline",
         None,
         "no comparison",
@@ -1720,6 +1797,27 @@ EVALUATE_OWN: tuple[Setting, ...] = (
         config="eval_id",
         option="eval_id",
         only="Airflow: from the DAG run id",
+    ),
+    Setting(
+        "allow_comparison_mismatch",
+        False,
+        "two drafters compare only on one target, one set of draft settings and one sampling",
+        cli="--allow-comparison-mismatch",
+        flag=Flag(
+            EVAL_COMPARISON,
+            help="compare with a deployment or --baseline measured otherwise (another model, weight version, draft "
+            "settings or sampling per category and mode); the results list the differences",
+        ),
+        form="allow_comparison_mismatch",
+        param=FormParam(
+            "boolean",
+            "Allow comparison mismatch",
+            "Compare even when the other deployment or the baseline was measured with another model, weight "
+            "version, draft settings or sampling; the results list the differences.",
+            FORM_EVALUATION,
+        ),
+        config="allow_comparison_mismatch",
+        option="allow_comparison_mismatch",
     ),
 )
 
@@ -1775,6 +1873,13 @@ EVALUATE_SETTINGS: tuple[Setting, ...] = (
         required=False,
     ),
     EVALUATE_OWN[4],
+    _shared(
+        "api_key_file",
+        EVAL_DEPLOYMENT,
+        help="a file holding the API key of deployment A, sent as 'Authorization: Bearer' on every request "
+        "(default: $EAGLE_DATAGEN_API_KEY when set)",
+    ),
+    _shared("ca_bundle", EVAL_DEPLOYMENT),
     _shared("model", EVAL_DEPLOYMENT),
     _shared("concurrency", EVAL_DEPLOYMENT),
     _shared("replicas_behind_url", EVAL_DEPLOYMENT),

@@ -4,9 +4,10 @@ The CPU loop (cpu_loop.py) measures each drafter through `evaluate_drafter`: `ea
 --run-id RUN` against the server that serves the target with that drafter, on the held-out prompts of the loop's
 on-policy run (the product's frozen split, heldout.py: no export holds them, so no drafter trained on them). The
 command sends each held-out row's stored prompt ids exactly as a run sends its samples and reports, per category
-and overall, `requests`, `failed`, `output_tokens`, and `accept_length` / `accept_rate` as {"mean", "ci95"} (a
-95% Student-t interval over prompts; schema eagle-datagen/evaluation/v1, docs/evaluation.md), with the per-request
-records beside it. The loop keeps no reader or statistics of its own.
+and overall, `requests`, `failed`, `output_tokens`, the headline `accept_length_total` (output tokens / verify
+steps) and `accept_length_no_prefill` as {"value", "ci95", "n"}, and the means over prompts `accept_length` /
+`accept_rate` as {"mean", "ci95"} (95% intervals from a bootstrap over prompts; schema eagle-datagen/evaluation/v1,
+docs/evaluation.md), with the per-request records beside it. The loop keeps no reader or statistics of its own.
 """
 
 from __future__ import annotations

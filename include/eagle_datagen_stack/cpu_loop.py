@@ -263,15 +263,19 @@ def run_loop(settings: LoopSettings) -> LoopResult:
 
 
 def _cell(stats: dict[str, Any]) -> str:
-    accept = stats["accept_length"]
-    if accept["mean"] is None:
+    """The evaluation's headline: output tokens / verify steps [95% bootstrap interval over prompts]."""
+    accept = stats["accept_length_total"]
+    if accept["value"] is None:
         return "n/a"
+    if not accept["ci95"]:
+        return f"{accept['value']:.2f}"
     low, high = accept["ci95"]
-    return f"{accept['mean']:.2f} [{low:.2f}, {high:.2f}]"
+    return f"{accept['value']:.2f} [{low:.2f}, {high:.2f}]"
 
 
 def format_table(result: LoopResult) -> str:
-    """Accept length per category and overall, one column per drafter: mean [95% interval]."""
+    """Accept length per category and overall, one column per drafter: output tokens / verify steps [95%
+    interval]."""
     reports = result.reports
     categories = sorted(reports["on-policy"]["categories"])
     rows = [("category (prompts)", *DRAFTERS)]
@@ -289,8 +293,9 @@ def format_table(result: LoopResult) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     s = result.settings
-    head = (f"accept length, held-out prompts (3 draft steps, top-k 1: at most 4), mean [95% interval]; "
-            f"drafters trained {s.train.steps} steps")
+    head = (f"accept length = output tokens / verify steps, held-out prompts (3 draft steps, top-k 1: at most 4 "
+            f"per step, plus each answer's prefill token) [95% bootstrap interval]; drafters trained {s.train.steps} "
+            "steps")
     costs = ", ".join(f"{name.split(' (')[0].split(':')[0]} {seconds:.0f}s" for name, seconds in result.seconds.items())
     return "\n".join([head, *lines, f"took {sum(result.seconds.values()):.0f}s, "
                       f"{sum(result.cpu_seconds.values()):.0f} CPU-s ({costs}); "

@@ -6,8 +6,9 @@
    `AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE` names (the api-server reads it), from
    `AIRFLOW_ADMIN_PASSWORD`; the user name comes from `AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS`;
 3. the connections `sglang_default` (from `SGLANG_URLS`, `SGLANG_TOKENIZER`, `SGLANG_TRUST_REMOTE_CODE`,
-   `SGLANG_CONCURRENCY`, `SGLANG_REPLICAS_BEHIND_URL`) and `aws_default` (from `S3_ENDPOINT_URL`, `S3_ACCESS_KEY`,
-   `S3_SECRET_KEY`, `S3_REGION`), replaced if they exist, so that editing `.env` and starting again takes effect;
+   `SGLANG_CONCURRENCY`, `SGLANG_REPLICAS_BEHIND_URL`; `SGLANG_API_KEY`, when set, is its password: the
+   deployment's API key) and `aws_default` (from `S3_ENDPOINT_URL`, `S3_ACCESS_KEY`, `S3_SECRET_KEY`,
+   `S3_REGION`), replaced if they exist, so that editing `.env` and starting again takes effect;
 4. the `sglang` pool with `SGLANG_POOL_SLOTS` slots (shards generating at once).
 
 Running it again changes nothing else: it is safe on every `docker compose up`. A missing or bad setting
@@ -81,8 +82,11 @@ def connections(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     replicas = _positive_int(env, "SGLANG_REPLICAS_BEHIND_URL", None)
     if replicas:
         extra["replicas_behind_url"] = replicas
+    sglang = sglang_connection(urls, _require(env, "SGLANG_TOKENIZER"), **extra)
+    if env.get("SGLANG_API_KEY", "").strip():  # the deployment's --api-key: the connection's password
+        sglang["password"] = env["SGLANG_API_KEY"].strip()
     return {
-        "sglang_default": sglang_connection(urls, _require(env, "SGLANG_TOKENIZER"), **extra),
+        "sglang_default": sglang,
         "aws_default": aws_connection(
             _require(env, "S3_ENDPOINT_URL"),
             _require(env, "S3_ACCESS_KEY"),

@@ -3,12 +3,13 @@ transformers of its own), each a script of engine/cpu_loop/ run by that environm
 
 - `target_hidden_states`: the target's aux and last hidden states for speculators export folders;
 - `train_drafter`: `speculators train` on the CPU with a step budget (`random_drafter`: its `--dry-run`, the same
-  draft initialised and saved untrained), the checkpoint then converted (engine/cpu_loop/sglang_drafter.py) into
-  the folder SGLang serves with `--speculative-draft-model-path`.
+  draft initialised and saved untrained), the checkpoint then converted by the product's own command,
+  `eagle-datagen convert-drafter` (in the project's environment), into the folder SGLang serves with
+  `--speculative-draft-model-path`.
 
-Aux layer ids are speculators' everywhere here (transformers' `hidden_states[k]`); the conversion writes SGLang's,
-one lower. They are always given explicitly (`aux_layer_ids`): the trainers' default [2, n/2, n-3] means nothing for
-a small target and differs between conventions.
+Aux layer ids are speculators' everywhere here (transformers' `hidden_states[k]`); the conversion writes SGLang's
+(one lower for the loop's Llama target). They are always given explicitly (`aux_layer_ids`): the trainers' default
+[2, n/2, n-3] means nothing for a small target and differs between conventions.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from eagle_datagen_stack.processes import tail
 
 PROJECT = Path(__file__).resolve().parents[2]
 SCRIPTS = PROJECT / "engine" / "cpu_loop"
+FINAL = "final"  # the folder under --save-path that train_drafter.py saves the trained checkpoint in
 
 
 class DrafterStepFailed(RuntimeError):
@@ -108,18 +111,28 @@ def _train_args(target: Path, data: Path, vocab: Path, draft_vocab_size: int, au
     ]
 
 
+def convert(checkpoint: Path, target: Path, sglang_out: Path, log: Path) -> Path:
+    """The product's `eagle-datagen convert-drafter` of a checkpoint for the target; its output in the log."""
+    command = [sys.executable, "-m", "eagle_datagen.cli", "convert-drafter", "--checkpoint", str(checkpoint),
+               "--target-config", str(target), "--output", str(sglang_out)]
+    with log.open("ab") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise DrafterStepFailed(f"eagle-datagen convert-drafter exited {done.returncode}; {log} ends:\n{tail(log)}")
+    return sglang_out
+
+
 def train_drafter(target: Path, data: Path, vocab: Path, draft_vocab_size: int, aux: list[int], save: Path,
                   settings: TrainSettings, sglang_out: Path, log: Path) -> Path:
     """Train `settings.steps` steps on `data` (hidden states written), then convert the checkpoint into the SGLang
     drafter folder `sglang_out` (returned)."""
-    args = _train_args(target, data, vocab, draft_vocab_size, aux, save, settings)
-    _run("train_drafter.py", [*args, "--sglang-drafter", str(sglang_out)], log)
-    return sglang_out
+    _run("train_drafter.py", _train_args(target, data, vocab, draft_vocab_size, aux, save, settings), log)
+    return convert(save / FINAL, target, sglang_out, log)
 
 
 def random_drafter(target: Path, data: Path, vocab: Path, draft_vocab_size: int, aux: list[int], save: Path,
                    settings: TrainSettings, sglang_out: Path, log: Path) -> Path:
     """The same draft initialised and saved without a training step (`speculators train --dry-run`), converted."""
     args = _train_args(target, data, vocab, draft_vocab_size, aux, save, settings)
-    _run("train_drafter.py", [*args, "--dry-run", "--sglang-drafter", str(sglang_out)], log)
-    return sglang_out
+    _run("train_drafter.py", [*args, "--dry-run"], log)
+    return convert(save, target, sglang_out, log)

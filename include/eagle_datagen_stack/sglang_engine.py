@@ -110,6 +110,7 @@ class ServerOptions:
     skip_tokenizer_init: bool = True  # the pipeline sends token ids; a tokenizer adds ~20 s to the start
     extra_args: tuple[str, ...] = ()  # e.g. ("--reasoning-parser", "kimi_k2") to test preflight's warning
     drafter: Drafter | None = None  # serve an EAGLE-3 drafter: per-request spec_* metrics in meta_info
+    api_key: str | None = field(default=None, repr=False)  # --api-key: 401 on every route but /health*, /metrics
 
 
 def sglang_command(
@@ -136,6 +137,8 @@ def sglang_command(
         args.append("--trust-remote-code")
     if options.drafter is not None:
         args += options.drafter.args()
+    if options.api_key:
+        args += ["--api-key", options.api_key]
     return args + list(options.extra_args)
 
 
@@ -214,8 +217,20 @@ def start_side_by_side(servers: Sequence[SGLangServer]) -> list[SGLangServer]:
     return list(servers)
 
 
-def smg_command(worker_urls: Sequence[str], port: int, prometheus_port: int, policy: str = "cache_aware") -> list[str]:
+def smg_command(
+    worker_urls: Sequence[str],
+    port: int,
+    prometheus_port: int,
+    policy: str = "cache_aware",
+    api_key: str | None = None,
+) -> list[str]:
     # smg binds 0.0.0.0 (ports 30000 and 29000) unless told otherwise: both hosts are always given.
+    # --api-key: the key smg sends its workers; measured with smg 1.13.0, it then also wants that key from its
+    # clients (401 without it) and passes the client's Authorization on to the workers.
+    return [*_smg_base(worker_urls, port, prometheus_port, policy), *(["--api-key", api_key] if api_key else [])]
+
+
+def _smg_base(worker_urls: Sequence[str], port: int, prometheus_port: int, policy: str) -> list[str]:
     return [
         str(engine_venv() / "bin" / "smg"), "launch",
         "--host", "127.0.0.1", "--port", str(port),
@@ -236,6 +251,7 @@ class SmgRouter:
     port: int = 0
     prometheus_port: int = 0
     start_timeout_s: float = 120.0
+    api_key: str | None = field(default=None, repr=False)  # smg's --api-key (smg_command)
     component: Component | None = field(default=None, repr=False)
 
     @property
@@ -247,9 +263,8 @@ class SmgRouter:
         self.prometheus_port = self.prometheus_port or free_port()
         env = engine_env()
         env.setdefault("RUST_LOG", "info")
-        self.component = Component(
-            "smg", smg_command(self.worker_urls, self.port, self.prometheus_port, self.policy), env, self.log_dir
-        ).start()
+        command = smg_command(self.worker_urls, self.port, self.prometheus_port, self.policy, self.api_key)
+        self.component = Component("smg", command, env, self.log_dir).start()
         try:
             wait_until(lambda: http_ok(f"{self.url}/readiness"), self.start_timeout_s,
                        f"smg router at {self.url} ready with {len(self.worker_urls)} workers", alive=[self.component])

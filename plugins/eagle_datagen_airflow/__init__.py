@@ -3,7 +3,8 @@
 The package (`include/eagle_datagen`) never imports Airflow; the DAG files in `dags/` stay configuration.
 Everything in between lives here:
 
-- `recipe`: the recipe the DAGs are generated from, and the assets they update;
+- `recipe`: a recipe's DAGs: their ids, connections, output root, pool and the assets they update;
+- `recipe_set`: the recipes one Airflow runs side by side (`EAGLE_DATAGEN_RECIPE`), named and kept apart;
 - `form`: the trigger form (typed params with titles, descriptions and JSON-schema validation);
 - `deployment`: the SGLang connection (endpoint URLs, tokenizer) and the AWS connection (object store);
 - `runs`: a DAG run's params and connection as the package's `RunConfig`, run ids, retry policy;

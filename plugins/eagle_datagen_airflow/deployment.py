@@ -12,7 +12,11 @@ tiktoken.Encoding instead of its own call, recorded in the manifest), `concurren
 docs/prefix_cache.md) and `lost_after` (seconds a server may count fewer requests than the run has there
 before they are called lost: inference/liveness.py) and `drain_hedge` (false: no copies of a run's slowest last
 requests on replicas that fell idle) and `allow_unchecked_tokenizer` (true: use an endpoint whose
-/v1/tokenize cannot be asked, recorded unchecked in the manifest: inference/tokenizer_agreement.py). For example
+/v1/tokenize cannot be asked, recorded unchecked in the manifest: inference/tokenizer_agreement.py) and `ca_bundle`
+(a PEM file of CA certificates on the workers that checks https:// endpoints; else the system's). The connection's
+password is the deployment's API key (SGLang's --api-key, or a router's client key): `sglang_key` hands it to the
+package as $EAGLE_DATAGEN_API_KEY for the duration of a task, masked in task logs, never in params or XComs. For
+example
 
     AIRFLOW_CONN_SGLANG_DEFAULT='{"conn_type": "http", "host": "sglang", "port": 30000,
                                   "extra": {"tokenizer": "/models/Kimi-K2.5", "trust_remote_code": true}}'
@@ -54,6 +58,7 @@ EXTRA_KEYS = {
     "lost_after",
     "drain_hedge",
     "allow_unchecked_tokenizer",
+    "ca_bundle",
 }
 AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 REGION_VARIABLE = "AWS_DEFAULT_REGION"
@@ -75,6 +80,7 @@ class Deployment:
     lost_after: float | None = None  # None: settings.LOST_AFTER_S
     drain_hedge: bool = settings.default_of("drain_hedge")
     allow_unchecked_tokenizer: bool = settings.default_of("allow_unchecked_tokenizer")
+    ca_bundle: str | None = None  # None: the system's CA certificates
 
 
 def sglang_deployment(conn_id: str) -> Deployment:
@@ -116,6 +122,7 @@ def sglang_deployment(conn_id: str) -> Deployment:
         allow_unchecked_tokenizer=_flag(
             extra.get("allow_unchecked_tokenizer", settings.default_of("allow_unchecked_tokenizer"))
         ),
+        ca_bundle=str(extra["ca_bundle"]) if extra.get("ca_bundle") else None,
     )
 
 
@@ -166,6 +173,32 @@ def _aws_environment(aws_conn_id: str) -> dict[str, str] | None:
         REGION_VARIABLE: hook.conn_config.region_name,
     }
     return {k: v for k, v in values.items() if v}
+
+
+@contextmanager
+def sglang_key(conn_id: str | None) -> Iterator[None]:
+    """The SGLang connection's password, as $EAGLE_DATAGEN_API_KEY, while the block runs (inference/access.py reads
+    it there), masked in the task's log. No password (or no connection): the workers' own variable, if any, is
+    left as it is."""
+    from eagle_datagen.inference.access import API_KEY_VARIABLE
+
+    try:
+        password = BaseHook.get_connection(conn_id).password if conn_id else None
+    except AirflowNotFoundException:
+        password = None  # sglang_deployment has already said what is missing
+    if not password:
+        yield
+        return
+    mask_secret(password)
+    saved = os.environ.get(API_KEY_VARIABLE)
+    os.environ[API_KEY_VARIABLE] = password
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(API_KEY_VARIABLE, None)
+        else:
+            os.environ[API_KEY_VARIABLE] = saved
 
 
 @contextmanager

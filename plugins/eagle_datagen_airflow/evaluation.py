@@ -17,11 +17,11 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from eagle_datagen.errors import ConfigError
-from eagle_datagen_airflow.deployment import object_store, sglang_deployment
+from eagle_datagen.inference.access import KeyRefused
+from eagle_datagen_airflow.deployment import object_store, sglang_deployment, sglang_key
 from eagle_datagen_airflow.runs import refuse_unknown_conf, sanitize
 
 log = logging.getLogger(__name__)
-EVALUATE_DAG_ID = "eagle_datagen_evaluate"
 
 
 def eval_id_for(dag_run_id: str) -> str:
@@ -52,7 +52,7 @@ def prepare(recipe: str, params: Mapping[str, Any], dag: Any, dag_run: Any) -> l
         refuse_unknown_conf(dag_run.conf, dag.params)
         deployment = sglang_deployment(params["sglang_conn_id"])
         config = evaluate_config(recipe, eval_id_for(dag_run.run_id), params, deployment)
-        with object_store(params["aws_conn_id"]):
+        with object_store(params["aws_conn_id"]), sglang_key(params.get("sglang_conn_id")):
             prepared = prepare_step(config)
     except ConfigError as exc:
         raise AirflowFailException(str(exc)) from None
@@ -65,10 +65,12 @@ def measure(work: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
     from eagle_datagen.evaluation.stage import measure_step
 
     category = work["category"]
-    with object_store(params["aws_conn_id"]):
-        return measure_step(work["config"], work["prepared"], [category])["categories"][category] | {
-            "category": category
-        }
+    with object_store(params["aws_conn_id"]), sglang_key(params.get("sglang_conn_id")):
+        try:
+            measured = measure_step(work["config"], work["prepared"], [category])
+        except KeyRefused as exc:  # the key was changed since prepare: a retry would be refused too
+            raise AirflowFailException(str(exc)) from None
+    return measured["categories"][category] | {"category": category}
 
 
 def finish(work: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
@@ -79,8 +81,8 @@ def finish(work: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
         done = finish_step(work["config"], work["prepared"])
     results = done["results"]
     for category, block in results["categories"].items():
-        stat = block["accept_length"]
-        log.info("%s: accept length %s %s over %d prompts", category, stat["mean"], stat["ci95"], block["prompts"])
+        stat = block["accept_length_total"]  # output tokens / verify steps, as drafter cards give it
+        log.info("%s: accept length %s %s over %d prompts", category, stat["value"], stat["ci95"], block["prompts"])
     return {
         "eval_id": done["eval_id"],
         "json": done["json"],

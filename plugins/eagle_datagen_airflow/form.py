@@ -56,9 +56,12 @@ def param(entry: settings.Setting, shown: dict[str, Any], category: str = "") ->
     )
 
 
-def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size: int) -> dict[str, Param]:
+def category_params(
+    recipe: Recipe, category: str, output: str, draft_vocab_size: int, connections: dict[str, str] | None = None
+) -> dict[str, Param]:
     """Every declared form param (section by section, in settings.RUN_SETTINGS's order), showing the recipe's
-    value for the category where the recipe has one, and the deployment's output root and draft vocabulary size."""
+    value for the category where the recipe has one, and the deployment's output root, draft vocabulary size and
+    connection ids (`connections`, the recipe's in Airflow: recipe.AirflowRecipe.connections; else the declared)."""
     from eagle_datagen.validation.diagnosis import DiagnosisThresholds
 
     sampling = recipe.sampling_for(category)
@@ -75,6 +78,7 @@ def category_params(recipe: Recipe, category: str, output: str, draft_vocab_size
         "output": output,
         "draft_vocab_size": draft_vocab_size,
         "heldout_fraction": None,  # empty: the output root's frozen fraction (a value would refuse another root's)
+        **(connections or {}),
     }
     declared = [entry for entry in settings.RUN_SETTINGS if entry.form and entry.param]
     declared.sort(key=lambda entry: settings.FORM_SECTIONS.index(entry.param.section))  # section by section
@@ -88,20 +92,23 @@ def hand_written_params(recipe: Recipe, category: str) -> dict[str, Param]:
     return {}
 
 
-def evaluate_params(output: str) -> dict[str, Param]:
+def evaluate_params(output: str, connections: dict[str, str] | None = None) -> dict[str, Param]:
     """The evaluate DAG's form: every evaluate setting with a form param (settings.EVALUATE_SETTINGS), section by
     section; the sampling params empty, so each category takes the recipe's sampling as its runs do."""
-    shown = {"output": output} | {name: None for name in settings.SAMPLING}
+    shown = {"output": output} | {name: None for name in settings.SAMPLING} | (connections or {})
     declared = [entry for entry in settings.EVALUATE_SETTINGS if entry.form and entry.param]
     declared.sort(key=lambda entry: settings.EVALUATE_FORM_SECTIONS.index(entry.param.section))
     return {entry.form: param(entry, shown) for entry in declared}
 
 
-def storage_params(output: str) -> dict[str, Param]:
-    return {name: param(settings.setting(name), {"output": output}) for name in ("output", "aws_conn_id")}
+def storage_params(output: str, connections: dict[str, str] | None = None) -> dict[str, Param]:
+    shown = {"output": output} | (connections or {})
+    return {name: param(settings.setting(name), shown) for name in ("output", "aws_conn_id")}
 
 
-def release_params(output: str, draft_vocab_size: int, mixes: list[str] | None = None) -> dict[str, Param]:
+def release_params(
+    output: str, draft_vocab_size: int, mixes: list[str] | None = None, connections: dict[str, str] | None = None
+) -> dict[str, Param]:
     """The release DAG's params; `mixes`: the recipe's named training mixes, offered beside `all`."""
     from eagle_datagen.export import FORMATS
     from eagle_datagen.sources.recipe import ALL_MIX
@@ -146,5 +153,5 @@ def release_params(output: str, draft_vocab_size: int, mixes: list[str] | None =
             description="Cut exported rows to this many tokens, as the trainer would (drops rows left without a "
             "supervised token). Empty: no cut.",
         ),
-        **storage_params(output),
+        **storage_params(output, connections),
     }

@@ -1,11 +1,11 @@
 """The run's HTML report in the Airflow UI: a FastAPI app on the API server, shown as a tab of a category
 DAG run (an external view with destination `dag_run`), and of an evaluate DAG run (its evaluation's report).
 
-`GET /eagle-datagen/report/{dag_id}/{run_id}` finds the DAG run's output root (its conf, else the
-deployment's default) and pipeline run id, reads the run's manifest and serves the report it lists, after
-checking its sha256. Access needs the same right as reading the DAG's runs. The object store is reached
-through the run's AWS connection with the Amazon provider's own client (no process environment is touched
-on the API server).
+`GET /eagle-datagen/report/{dag_id}/{run_id}` finds the recipe whose DAG it is (recipe_set.py), the DAG run's
+output root (its conf, else the recipe's default) and pipeline run id, reads the run's manifest and serves the
+report it lists, after checking its sha256. Access needs the same right as reading the DAG's runs. The object
+store is reached through the run's AWS connection with the Amazon provider's own client (no process environment
+is touched on the API server).
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from airflow.api_fastapi.core_api.security import requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
 
-from eagle_datagen_airflow.recipe import default_output
-
-CATEGORY_DAG_PREFIX = "eagle_datagen__"
 can_read_runs = requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN)
 app = FastAPI(title="eagle-datagen reports", description="HTML reports of published eagle-datagen runs")
 
@@ -60,16 +57,21 @@ def report(dag_id: str, run_id: str) -> HTMLResponse:
     from eagle_datagen.errors import DataGenError
     from eagle_datagen.storage.manifest import manifest_key, parse_manifest
     from eagle_datagen.storage.objects import sha256_hex
-    from eagle_datagen_airflow.evaluation import EVALUATE_DAG_ID
+    from eagle_datagen_airflow.recipe_set import owner_of
     from eagle_datagen_airflow.runs import run_id_for
 
-    if not dag_id.startswith(CATEGORY_DAG_PREFIX) and dag_id != EVALUATE_DAG_ID:
-        raise HTTPException(404, f"{dag_id!r} is neither an eagle-datagen category nor the evaluate DAG: no report")
+    try:
+        owner = owner_of(dag_id)
+    except DataGenError as exc:  # EAGLE_DATAGEN_RECIPE as the DAG files' import errors show it
+        raise HTTPException(409, str(exc)) from None
+    if owner is None or (owner[1] is None and dag_id != owner[0].evaluate_dag_id):
+        raise HTTPException(404, f"{dag_id!r} is neither an eagle-datagen category nor an evaluate DAG: no report")
+    recipe, category = owner
     conf = _dag_run_conf(dag_id, run_id)
-    output, aws_conn_id = conf.get("output") or default_output(), conf.get("aws_conn_id") or "aws_default"
-    if dag_id == EVALUATE_DAG_ID:
+    output, aws_conn_id = conf.get("output") or recipe.output, conf.get("aws_conn_id") or recipe.aws_conn_id
+    if category is None:
         return _evaluation_report(output, aws_conn_id, run_id)
-    pipeline_run = run_id_for(dag_id.removeprefix(CATEGORY_DAG_PREFIX), run_id)
+    pipeline_run = run_id_for(category, run_id)
     raw = _read(output, aws_conn_id, manifest_key(pipeline_run))
     if raw is None:
         raise HTTPException(

@@ -107,5 +107,6 @@ def run_config(
         categories=[category],
         per_weight_version=True,  # new weights make every sample new
         claim_ttl_s=claim_ttl_s(),
+        benchmark_dir=os.environ.get("EAGLE_DATAGEN_BENCHMARK_DIR", "").strip() or None,  # the workers' folder
         front_end="airflow",
     ).to_dict()

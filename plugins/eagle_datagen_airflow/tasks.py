@@ -15,7 +15,8 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from eagle_datagen.errors import ConfigError
-from eagle_datagen_airflow.deployment import object_store, sglang_deployment
+from eagle_datagen.inference.access import KeyRefused
+from eagle_datagen_airflow.deployment import object_store, sglang_deployment, sglang_key
 from eagle_datagen_airflow.runs import refuse_unknown_conf, run_config, run_id_for
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,11 @@ def preflight(category: str, recipe: str, params: Mapping[str, Any], dag: Any, d
         len(config["sglang_urls"]),
         config["output"],
     )
-    with object_store(params["aws_conn_id"]):
-        servers = preflight_step(config)
+    with object_store(params["aws_conn_id"]), sglang_key(params.get("sglang_conn_id")):
+        try:
+            servers = preflight_step(config)
+        except KeyRefused as exc:  # a refused key stays refused: no retries
+            raise AirflowFailException(str(exc)) from None
     return {"config": config, "servers": servers}
 
 
@@ -132,8 +136,11 @@ def generate_shard(
     """Generate what the shard's checkpoints lack, then validate it into data/ and quarantine/."""
     from eagle_datagen.generation.steps import generate_shard_step
 
-    with object_store(params["aws_conn_id"]):
-        return generate_shard_step(config, servers, shard)
+    with object_store(params["aws_conn_id"]), sglang_key(params.get("sglang_conn_id")):
+        try:
+            return generate_shard_step(config, servers, shard)
+        except KeyRefused as exc:  # the key was changed under the run: a retry would be refused too
+            raise AirflowFailException(str(exc)) from None
 
 
 def finalize(config: dict[str, Any], params: Mapping[str, Any], asset_event: Any) -> dict[str, Any]:

@@ -197,6 +197,8 @@ def test_dry_run_plans_and_generates_nothing(stack):
         assert not root.list(f"data/category=chat/run={run_id}/")
         assert run_id not in {m["run_id"] for m in list_manifests(root)}
         assert not root.list(f"claims/run={run_id}.")  # a plan never generated holds no samples
+        policy = json.loads(root.read_bytes("heldout/policy.json")) if root.list("heldout/policy.json") else None
+        assert policy is None or policy["created_by"] != run_id  # ... and freezes no held-out fraction
 
 
 def test_release_dag_assembles_every_published_run_of_each_category(stack, first_run):

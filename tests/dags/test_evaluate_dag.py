@@ -123,7 +123,7 @@ def test_a_triggered_evaluation_measures_each_category_and_its_report_is_on_the_
     assert results["prompts"]["source"] == "heldout"
     for category, block in results["comparison"]["categories"].items():
         assert block["paired_prompts"] == results["categories"][category]["prompts"] > 0
-        assert block["accept_length_diff"]["mean"] > 0
+        assert block["accept_length_diff"]["mean"] > 0 and block["accept_length_total_diff"]["value"] > 0
     page = report_client.get(f"/report/{DAG_ID}/{run.run_id}")
     assert page.status_code == 200 and "new drafter" in page.text and "<img" in page.text
     assert report_client.get(f"/report/{DAG_ID}/manual__nope").status_code == 404

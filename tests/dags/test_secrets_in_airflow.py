@@ -1,9 +1,11 @@
 """A category DAG run whose connections hold secrets (the AWS connection's key id and secret, the SGLang
-connection's password) leaves them in no task log, no XCom, nothing in Airflow's home (its metadata DB
-included) and no stored object. Also: trust_remote_code is off unless the connection says so."""
+connection's password, which is the API key of a stand-in started with --api-key: the run passes only if every
+request carries it) leaves them in no task log, no XCom, nothing in Airflow's home (its metadata DB included) and no
+stored object. Also: trust_remote_code is off unless the connection says so."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -42,7 +44,8 @@ def deployment(tmp_path_factory):
         encoding="utf-8",
     )
     store = SeaweedFS(tmp_path_factory.mktemp("secret-store"), buckets=["vault"], **credentials)
-    with store, SimServerThread(SimConfig().with_profile("instant")) as sim, pytest.MonkeyPatch.context() as mp:
+    keyed = dataclasses.replace(SimConfig().with_profile("instant"), api_key=sglang_password)
+    with store, SimServerThread(keyed) as sim, pytest.MonkeyPatch.context() as mp:
         for key in store.env:
             mp.delenv(key, raising=False)
         mp.setenv("EAGLE_DATAGEN_RECIPE", str(recipe))
@@ -67,6 +70,7 @@ def deployment(tmp_path_factory):
             "store": store,
             "secrets": [credentials["access_key"], credentials["secret_key"], sglang_password],
             "output": f"s3://vault/secrets-{uuid.uuid4().hex[:8]}",
+            "sim": sim,
         }
 
 
@@ -92,6 +96,9 @@ def test_a_dag_run_with_secret_connections_leaks_them_nowhere(deployment, capfd,
         run_conf={"output": deployment["output"], "shard_size": 2, "draft_vocab_size": 16}
     )
     assert run.state == "success", [(ti.task_id, ti.state) for ti in run.get_task_instances()]
+    polls = deployment["sim"].stats()["polls"]
+    assert not [p for p in polls if p.startswith("unauthorized")], polls  # the password went with every request
+    assert deployment["sim"].stats()["generations"] > 0
     output = capfd.readouterr()
     raw = "\n".join(caplog.handler.format(record) for record in caplog.records)
     assert "object store from connection 'aws_default'" in raw  # the tasks' log lines are all here

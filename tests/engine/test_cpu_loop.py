@@ -15,12 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from eagle_datagen.evaluation.intervals import MIN_PROMPTS
 from eagle_datagen_stack.cpu_loop import DRAFTERS, LoopSettings, format_table, missing_parts, run_loop
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 HELDOUT = {"chat": 8, "code": 6, "math": 6, "multilingual": 6}  # the demo prompts under the split's fraction 0.4
 WIDE_MARGIN = 1.0  # accept length, of at most 4: on-policy's interval starts this far above random's
+NUM_STEPS = 3  # the loop's drafters draft 3 tokens per verify step: at most 4 tokens per step
 
 
 def _parts_or_skip() -> None:
@@ -58,11 +60,18 @@ def test_on_policy_data_trains_the_drafter_the_target_accepts(tmp_path):
         # verify step, hence without spec_* metrics: evaluate counts it `unmeasured`, never averages it in.
         assert overall["failed"] + overall["unmeasured"] <= 1, (drafter, overall)
         assert reports[drafter]["label"] == drafter
-    on, off, random = (reports[d]["overall"]["accept_length"] for d in ("on-policy", "off-policy", "random"))
+    for drafter in DRAFTERS:  # what must hold of any evaluation: intervals inside the possible range
+        for name, block in [*reports[drafter]["categories"].items(), ("overall", reports[drafter]["overall"])]:
+            headline, no_prefill = block["accept_length_total"], block["accept_length_no_prefill"]
+            assert headline["n"] == block["prompts"] and headline["ci95"], (drafter, name)
+            assert 1.0 <= headline["ci95"][0] <= headline["value"] <= headline["ci95"][1], (drafter, name, headline)
+            assert 1.0 <= no_prefill["ci95"][0] <= no_prefill["ci95"][1] <= NUM_STEPS + 1, (drafter, name, no_prefill)
+            assert (headline["warning"] is not None) == (headline["n"] < MIN_PROMPTS), (drafter, name)
+    on, off, random = (reports[d]["overall"]["accept_length_total"] for d in ("on-policy", "off-policy", "random"))
     assert on["ci95"][0] > random["ci95"][1] + WIDE_MARGIN, format_table(result)
     assert on["ci95"][0] > off["ci95"][1], format_table(result)
     for category in categories:  # and in every category, not only on average
-        on_c, random_c = (reports[d]["categories"][category]["accept_length"] for d in ("on-policy", "random"))
+        on_c, random_c = (reports[d]["categories"][category]["accept_length_total"] for d in ("on-policy", "random"))
         assert on_c["ci95"][0] > random_c["ci95"][1], (category, format_table(result))
 
 

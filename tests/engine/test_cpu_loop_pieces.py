@@ -64,7 +64,7 @@ def test_the_prompt_set_holds_every_prompt_of_the_loops_categories(tmp_path):
 
 def test_table_has_a_row_per_category_and_a_column_per_drafter(tmp_path):
     def report(mean):
-        cell = {"requests": 6, "failed": 0, "accept_length": {"mean": mean, "ci95": [mean - 0.1, mean + 0.1]}}
+        cell = {"requests": 6, "failed": 0, "accept_length_total": {"value": mean, "ci95": [mean - 0.1, mean + 0.1]}}
         return {"categories": {"chat": cell, "math": cell}, "overall": {**cell, "requests": 12}}
 
     result = LoopResult({"random": report(1.05), "off-policy": report(1.2), "on-policy": report(3.9)},

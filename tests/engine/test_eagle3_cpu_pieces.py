@@ -1,17 +1,16 @@
 """The pieces of EAGLE-3 on the CPU without a server: the seven sgl_kernel ops of the shim (in the engine's torch,
 against what SGLang's Triton kernels compute for a top-k 1 chain), the torch_native patch's refusal of a tree,
-the loop target's chain, and the speculators -> SGLang conversion (in the side environment)."""
+and the loop target's chain (the speculators -> SGLang conversion: tests/drafter/)."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 
 import numpy as np
 import pytest
 
-from eagle_datagen_stack.drafter_training import aux_layer_ids, missing_side_environment, speculators_python
+from eagle_datagen_stack.drafter_training import aux_layer_ids
 from eagle_datagen_stack.sglang_engine import engine_env, engine_venv
 from engine_support import engine_or_skip
 
@@ -135,62 +134,3 @@ def test_aux_layer_ids_are_capturable_in_both_conventions():
     assert aux_layer_ids(4) == [1, 2, 3]  # SGLang 0, 1, 2: never the last layer's output (id 4)
     assert aux_layer_ids(61) == [1, 30, 60]
     assert aux_layer_ids(2) == [0, 1]
-
-
-CONVERT = """
-import json, sys, torch
-from pathlib import Path
-from safetensors.torch import save_file, load_file
-sys.path.insert(0, sys.argv[1])
-from sglang_drafter import convert
-ck, out = Path(sys.argv[2]), Path(sys.argv[3])
-ck.mkdir()
-verifier = ck / "verifier"
-verifier.mkdir()
-(verifier / "config.json").write_text(json.dumps({"num_hidden_layers": 4}))
-layer = {"hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2, "num_key_value_heads": 2,
-         "head_dim": 4, "hidden_act": "silu", "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
-         "vocab_size": 32, "num_hidden_layers": 1, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}
-config = {"speculators_model_type": "eagle3", "draft_vocab_size": 4, "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
-          "norm_before_fc": True, "norm_output": True, "norm_before_residual": False, "transformer_layer_config": layer,
-          "speculators_config": {"verifier": {"name_or_path": str(verifier)}}}
-(ck / "config.json").write_text(json.dumps(config))
-weights = {"fc.weight": torch.ones(8, 24, dtype=torch.bfloat16), "lm_head.weight": torch.ones(4, 8),
-           "norm.weight": torch.ones(8), "input_norm.weight": torch.ones(24), "d2t": torch.tensor([3, 3, 4, 5]),
-           "t2d": torch.zeros(32, dtype=torch.bool), "embed_tokens.weight": torch.ones(32, 8),
-           "layers.0.self_attn.q_proj.weight": torch.ones(8, 16)}
-save_file(weights, str(ck / "model.safetensors"))
-convert(ck, out)
-got = json.loads((out / "config.json").read_text())
-names = load_file(str(out / "model.safetensors"))
-print(json.dumps({"aux": got["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
-                  "norm_before_fc": got["eagle_config"]["norm_before_fc"], "norm_output": got["norm_output"],
-                  "arch": got["architectures"], "draft_vocab_size": got["draft_vocab_size"],
-                  "names": sorted(names), "fc_dtype": str(names["fc.weight"].dtype)}))
-config["eagle_aux_hidden_state_layer_ids"] = [1, 2, 4]
-(ck / "config.json").write_text(json.dumps(config))
-try:
-    convert(ck, out)
-except SystemExit as exc:
-    assert "cannot capture" in str(exc), exc
-else:
-    raise AssertionError("the last layer's output was converted")
-"""
-
-
-def test_conversion_lowers_aux_ids_by_one_and_names_weights_as_sglang_loads_them(tmp_path):
-    reason = missing_side_environment()
-    if reason:
-        pytest.skip(reason)
-    result = subprocess.run(
-        [str(speculators_python()), "-c", CONVERT, str(REPO / "engine" / "cpu_loop"), str(tmp_path / "ck"),
-         str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = json.loads(result.stdout.strip().splitlines()[-1])
-    assert got["aux"] == [0, 1, 2]  # speculators' hidden_states[k] is SGLang's layer k - 1
-    assert got["norm_before_fc"] is True and got["norm_output"] is True
-    assert got["arch"] == ["LlamaForCausalLMEagle3"] and got["draft_vocab_size"] == 4
-    assert got["names"] == ["d2t", "fc.weight", "input_norm.weight", "lm_head.weight",
-                            "midlayer.self_attn.q_proj.weight", "norm.weight", "t2d"]  # no embedding: SGLang shares it
-    assert got["fc_dtype"] == "torch.float32"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 from published_runs import assemble, publish, shard_rows
@@ -110,3 +111,29 @@ def test_a_release_counts_heldout_rows_trains_none_and_its_export_holds_none(tmp
     run_export(root, ExportOptions(format="jsonl", to=str(out), release_id="rel"))
     exported = [json.loads(line)["sample_id"] for line in out.read_text().splitlines()]
     assert sorted(exported) == sorted(r["sample_id"] for r in rows if not r["heldout"])
+
+
+def test_an_older_runs_vocabulary_that_counted_heldout_rows_is_rebuilt_by_its_export(tmp_path):
+    """A run published before the vocabulary left held-out rows out (its manifest does not say so): its export
+    counts the exported rows and builds the vocabulary again, at the run's K; when they are too few, one line."""
+    root = LocalOutputRoot(str(tmp_path / "root"))
+    freeze_policy(root, 0.3, "old")
+    rows = shard_rows(0, 40, "math", "old")
+    for i, row in enumerate(rows):
+        row["heldout"] = i % 3 == 0
+    rows[0]["output_ids"] = [150_001] * 500 + rows[0]["output_ids"]  # frequent, and only in a held-out row
+    published = publish(root, "old", {"math": [rows]}, k=8)  # as older code published: every row counted
+    assert published is not None and 150_001 in published.target_ids().tolist()
+    run_export(root, ExportOptions(format="speculators", to=str(tmp_path / "spec"), run_id="old"))
+    info = yaml.safe_load((tmp_path / "spec" / "export_info.yaml").read_text())
+    assert "counts held-out rows" in info["draft_vocab"]["from"] and info["draft_vocab"]["k"] == 8
+    t2d = np.load(tmp_path / "spec" / "t2d-8.npy")
+    assert not t2d[150_001]
+
+    every = len({t for r in rows for t in r["output_ids"]})  # more than the rows left after the held-out ones hold
+    big = publish(root, "old2", {"math": [[dict(r, run_id="old2", sample_id="f" + r["sample_id"][1:]) for r in rows]]},
+                  k=every)  # fmt: skip
+    assert big is not None
+    with pytest.raises(ConfigError) as refused:
+        run_export(root, ExportOptions(format="speculators", to=str(tmp_path / "spec2"), run_id="old2"))
+    assert "\n" not in str(refused.value) and "--draft-vocab-size" in str(refused.value)

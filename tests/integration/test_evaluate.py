@@ -1,14 +1,15 @@
 """`eagle-datagen evaluate` against stand-in servers whose per-request speculative metrics are known
-(standin/sglang/speculative.py): the report's per-category means and intervals are those of what the servers
+(standin/sglang/speculative.py): the report's per-category accept lengths (output tokens / verify steps, also
+without the prefill token, and the mean over prompts) and their bootstrap intervals are those of what the servers
 returned, on exactly the held-out prompts of the output root; a server without a drafter is refused before any
 request; failed requests are counted, never averaged in; two drafters compare prompt for prompt, live
-(--compare-url) or against an earlier evaluation (--baseline)."""
+(--compare-url) or against an earlier evaluation (--baseline); a comparison with nothing on one side exits 1, and
+one measured otherwise (weight version, draft settings, sampling) is refused unless --allow-comparison-mismatch."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -71,24 +72,36 @@ def heldout_prompt_ids(root: Path) -> dict[str, str]:
     return {r["prompt_id"]: r["category"] for r in rows if r["heldout"]}
 
 
-def t975(df: int) -> float:
-    """Student's t quantile by integrating its density (independent of evaluation/intervals.py)."""
-    x = np.linspace(0.0, 80.0, 2_000_001)
-    density = np.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
-    density = density * (1 + x**2 / df) ** (-(df + 1) / 2)
-    cdf = np.concatenate([[0.0], np.cumsum((density[1:] + density[:-1]) / 2 * np.diff(x))])
-    return float(np.interp(0.475, cdf, x))
+def bootstrap(pairs: list[tuple[float, float]], offset: float = 0.0) -> list[float]:
+    """The interval docs/evaluation.md describes, written again here: prompts in key order, numpy's default_rng(0),
+    2,000 multinomial draws of n prompts, the ratio of the drawn totals, its 2.5% and 97.5% percentiles."""
+    num, den = (np.array([p[i] for p in pairs], dtype=float) for i in (0, 1))
+    counts = np.random.default_rng(0).multinomial(len(pairs), np.full(len(pairs), 1 / len(pairs)), size=2000)
+    return list(offset + np.percentile((counts @ num) / (counts @ den), [2.5, 97.5]))
+
+
+def per_prompt(records: list[dict], numerator) -> list[tuple[float, float]]:
+    totals = defaultdict(lambda: [0.0, 0.0])
+    for r in records:
+        if r["status"] == "ok":
+            totals[(r["category"], r["prompt_key"])][0] += numerator(r)
+            totals[(r["category"], r["prompt_key"])][1] += r["spec_verify_ct"]
+    return [tuple(totals[k]) for k in sorted(totals)]
 
 
 def expected_block(records: list[dict], metric: str) -> tuple[float, list[float]]:
+    """The mean over prompts of a per-request metric (a prompt's value: its requests' mean), and its interval."""
     by_prompt = defaultdict(list)
     for r in records:
         if r["status"] == "ok":
-            by_prompt[r["prompt_key"]].append(r[f"spec_{metric}"])
-    values = [float(np.mean(v)) for v in by_prompt.values()]
-    mean, n = float(np.mean(values)), len(values)
-    half = t975(n - 1) * float(np.std(values, ddof=1)) / math.sqrt(n)
-    return mean, [mean - half, mean + half]
+            by_prompt[(r["category"], r["prompt_key"])].append(r[f"spec_{metric}"])
+    values = [float(np.mean(by_prompt[k])) for k in sorted(by_prompt)]
+    return float(np.mean(values)), bootstrap([(v, 1.0) for v in values])
+
+
+def expected_headline(records: list[dict]) -> tuple[float, list[float]]:
+    pairs = per_prompt(records, lambda r: r["completion_tokens"])
+    return sum(p[0] for p in pairs) / sum(p[1] for p in pairs), bootstrap(pairs)
 
 
 def test_means_and_intervals_are_those_of_what_the_server_returned_on_the_heldout_prompts(published, tmp_path, capsys):
@@ -119,13 +132,25 @@ def test_means_and_intervals_are_those_of_what_the_server_returned_on_the_heldou
         mine = [r for r in records if r["category"] == category]
         assert (block["requests"], block["failed"]) == (len(mine), 0)
         assert block["output_tokens"] == sum(r["completion_tokens"] for r in mine)
+        value, ci = expected_headline(mine)  # the cards' figure: output tokens / verify steps
+        assert block["accept_length_total"]["value"] == pytest.approx(value, rel=1e-12)
+        assert block["accept_length_total"]["ci95"] == pytest.approx(ci, rel=1e-9)
+        assert block["accept_length_total"]["n"] == block["prompts"] == len(mine)
+        without = per_prompt(mine, lambda r: r["spec_num_correct_drafts"])
+        no_prefill = block["accept_length_no_prefill"]
+        assert no_prefill["value"] == pytest.approx(1 + sum(p[0] for p in without) / sum(p[1] for p in without))
+        assert no_prefill["ci95"] == pytest.approx(bootstrap(without, offset=1.0), rel=1e-9)
+        assert 1.0 <= no_prefill["ci95"][0] <= no_prefill["ci95"][1] <= 4.0  # 3 steps: at most 4 by construction
+        assert no_prefill["value"] < block["accept_length_total"]["value"]  # the prefill's token left out
         for metric in ("accept_length", "accept_rate"):
             mean, ci = expected_block(mine, metric)
             assert block[metric]["mean"] == pytest.approx(mean, rel=1e-12)
-            assert block[metric]["ci95"] == pytest.approx(ci, rel=1e-4)
+            assert block[metric]["ci95"] == pytest.approx(ci, rel=1e-9)
         assert block["verify_steps"]["total"] == sum(r["spec_verify_ct"] for r in mine)
         assert sum(block["correct_drafts_histogram"]["counts"]) == block["verify_steps"]["total"]
     assert results["overall"]["accept_length"]["mean"] == pytest.approx(expected_block(records, "accept_length")[0])
+    assert results["overall"]["accept_length_total"]["value"] == pytest.approx(expected_headline(records)[0])
+    assert results["headline"] == "accept_length_total" and results["intervals"]["resamples"] == 2000
     keys = ("categories", "overall", "modes", "categories_by_mode")
     assert summarize(records) == {k: results[k] for k in keys}  # the records say it all
     # what was measured with, beside the numbers
@@ -138,6 +163,9 @@ def test_means_and_intervals_are_those_of_what_the_server_returned_on_the_heldou
     assert sha256_hex(report.read_bytes()) == results["report"]["sha256"] and "<img" in report.read_text()
     assert not (published / "evaluations/eval=plain").exists()  # the work files are gone
     assert "chat" in printed and "accept length" in printed and "eval=plain.json" in printed
+    chat_line = next(line for line in printed.splitlines() if line.startswith("chat "))
+    headline = results["categories"]["chat"]["accept_length_total"]
+    assert f"{headline['value']:.3f} [{headline['ci95'][0]:.3f}, {headline['ci95'][1]:.3f}]" in chat_line
 
 
 def test_a_server_without_a_drafter_is_refused_in_one_line_before_any_request(published, capsys):
@@ -294,3 +322,59 @@ def test_each_prompt_is_evaluated_in_its_mode_and_the_results_are_per_mode(tmp_p
     assert set(results["modes"]) == {"instant"} and results["modes"]["instant"]["requests"] == 60
     stored = pq.read_table(to.parent / results["records"]["key"]).to_pylist()
     assert {r["mode"] for r in stored} == {"instant"}
+
+
+def test_an_ab_with_nothing_measured_on_b_exits_1_naming_why(published, capsys):
+    """B never answers (every request 503, one attempt each): the results are written, and the command fails."""
+    with speculative(SPEC_A) as a, speculative(SPEC_B, error_503=1.0) as b:
+        args = ("--output", str(published), "--sglang-url", a.url, "--compare-url", b.url, "--max-attempts", "1")
+        assert evaluate(*args, "--eval-id", "b-silent") == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    results, records = results_of(published, "b-silent")
+    n = sum(r["side"] == "B" for r in records)
+    assert error == (
+        f"eagle-datagen: error: evaluation b-silent: deployment B (drafter-old) measured nothing: {n} requests, "
+        f"{n} failed (http_503 x{n}), 0 answered without speculative metrics "
+        f"({published / 'evaluations/eval=b-silent.json'} counts them): check B's endpoints or the baseline and rerun"
+    )
+    assert results["comparison"]["overall"]["paired_prompts"] == 0 and results["overall"]["measured"] > 0
+
+
+def test_a_baseline_that_shares_no_prompt_is_refused_before_any_request(published, tmp_path, capsys):
+    records = [user_record(f"unrelated {i}", category="chat") for i in range(12)]
+    src = write_jsonl(tmp_path / "other.jsonl", records)
+    with speculative(SPEC_B) as b:
+        assert evaluate("--prompts", str(src), "--sglang-url", b.url, "--to", str(tmp_path / "other.json")) == 0
+        sent = b.stats()["generations"]
+        assert evaluate("--output", str(published), "--sglang-url", b.url, "--baseline",
+                        str(tmp_path / "other.json"), "--eval-id", "nothing-shared") == 1  # fmt: skip
+        assert b.stats()["generations"] == sent  # refused before any /generate
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "shares no prompt with this evaluation's" in error and "nothing would pair" in error, error
+    assert not (published / "evaluations/eval=nothing-shared.json").exists()
+
+
+def test_a_baseline_measured_otherwise_is_refused_unless_the_difference_is_accepted_and_recorded(published, capsys):
+    other_target = dataclasses.replace(SimConfig().with_profile("instant"), speculative=SPEC_B, weight_version="v2")
+    five_steps = dataclasses.replace(SPEC_B, num_steps=5, num_draft_tokens=6)
+    with SimServerThread(other_target) as b, speculative(five_steps) as b5, speculative(SPEC_A) as a:
+        assert evaluate("--output", str(published), "--sglang-url", b.url, "--eval-id", "b-v2") == 0
+        assert evaluate("--output", str(published), "--sglang-url", b5.url, "--eval-id", "b-5") == 0
+        sent = a.stats()["generations"]
+        for baseline, what in (("b-v2", "weight version: A default, B v2"), ("b-5", "speculative_num_steps")):
+            location = str(published / f"evaluations/eval={baseline}.json")
+            assert evaluate("--output", str(published), "--sglang-url", a.url, "--baseline", location) == 1
+            error = capsys.readouterr().err.strip().splitlines()[-1]
+            assert f"baseline {location} was measured otherwise than this evaluation" in error, error
+            assert what in error and "--allow-comparison-mismatch" in error, error
+        assert a.stats()["generations"] == sent  # refused before any /generate
+        location = str(published / "evaluations/eval=b-v2.json")
+        assert evaluate("--output", str(published), "--sglang-url", a.url, "--baseline", location,
+                        "--allow-comparison-mismatch", "--eval-id", "accepted") == 0  # fmt: skip
+        # a live B on another weight version: the same check
+        assert evaluate("--output", str(published), "--sglang-url", a.url, "--compare-url", b.url) == 1
+        assert "weight version: A default, B v2" in capsys.readouterr().err
+    results, _ = results_of(published, "accepted")
+    assert results["comparison"]["accepted_differences"] == ["weight version: A default, B v2"]
+    page = (published / "evaluations" / results["report"]["key"]).read_text()
+    assert "weight version: A default, B v2" in page

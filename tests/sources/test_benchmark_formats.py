@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle_datagen.cli import main
+from eagle_datagen.errors import ConfigError
 from eagle_datagen.sources.benchmark_formats import (
     FORMATS,
     bfcl_tool,
@@ -61,10 +62,13 @@ def test_each_published_format_is_detected_from_its_keys():
         "gsm8k/test.jsonl": "gsm8k",
         "math500/test.jsonl": "math500",
         "humaneval/HumanEval.jsonl": "humaneval",
+        "aime/aime_2024.jsonl": "aime",
     }
     for name, fmt in expected.items():
         assert {detect_benchmark(row) for row in lines(DATA / name)} == {fmt}, name
     assert detect_benchmark({"id": "1", "question": "q", "A": "a", "B": "b", "C": "c", "D": "d"}) == "ceval"
+    assert detect_benchmark({"ID": "2024-I-1", "Problem": "p", "Solution": "s", "Answer": 3}) == "aime"
+    assert {detect_benchmark(row) for row in lines(DATA / "aime/aime2025-I.jsonl")} == {None}  # its name says it
     # the data contract and the other prompt formats are not benchmarks
     for row in ({"messages": [{"role": "user", "content": "hi"}]}, {"prompt": "hi"}, {"question": "hi"}):
         assert detect_benchmark(row) is None
@@ -207,3 +211,35 @@ def test_a_benchmark_file_runs_as_prompts_of_eagle_datagen_tokenize(tmp_path, sp
     assert main(args) == 0
     summary = json.loads((out / "tokenized/_summary.json").read_text())
     assert set(summary["categories"]) >= {"coding", "multilingual", "simple", "parallel_multiple"}
+
+
+def test_each_benchmark_the_kimi_recipe_names_drops_a_prompt_that_holds_one_of_its_items(tmp_path):
+    """The K2.5 recipe's decontamination list, its relative paths read under this folder (as --benchmark-dir): every
+    set loads in its format, and a training prompt wrapping one of its items is rejected naming that set."""
+    from eagle_datagen.sources.recipe import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "include" / "recipes" / "kimi-k2.5.yaml")
+    sources = recipe.decontamination.benchmarks
+    records, items = [], []
+    for source in sources:
+        loaded = load_benchmark(source, DATA)
+        items += loaded
+        text = max((t for item in loaded for t in item.texts), key=len)  # the longest text: always 13 words or more
+        records.append(user_record(f"Here is a task for you.\n{text}\nThanks in advance!", id=source.name))
+    records.append(user_record("Write a haiku about the first frost on a quiet vineyard in late October.", id="clean"))
+    assert {"aime"} <= {i.benchmark for i in items} and len([i for i in items if i.benchmark == "aime"]) == 5
+    path = write_jsonl(tmp_path / "train.jsonl", records)
+    result = collect_prompts(plans_from_sources([str(path)]), filters=PromptFilters(benchmarks=BenchmarkIndex(items)))
+    assert [p.record_id for p in result.prompts] == ["clean"]
+    assert {r.record_id: r.benchmark for r in result.rejects} == {s.name: s.name for s in sources}
+
+
+def test_a_missing_benchmark_file_is_one_line_naming_it_where_and_the_fix(tmp_path):
+    with pytest.raises(ConfigError) as missing:
+        load_benchmark(BenchmarkSource(name="gsm8k", path="gsm8k/test.jsonl"), tmp_path, "airflow")
+    line = str(missing.value)
+    assert "\n" not in line and f"benchmark gsm8k of the decontamination list has no file at {tmp_path}/gsm8k" in line
+    assert "EAGLE_DATAGEN_BENCHMARK_DIR names the folder" in line and "remove gsm8k from the recipe's" in line
+    (tmp_path / "bfcl").mkdir()  # there, but nothing readable in it: the reason too
+    with pytest.raises(ConfigError, match=r"has no file at .*/bfcl: .* \(prompt source folder bfcl holds no"):
+        load_benchmark(BenchmarkSource(name="bfcl", path="bfcl"), tmp_path)

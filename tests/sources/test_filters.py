@@ -132,7 +132,9 @@ def test_bad_benchmarks_are_config_errors(tmp_path, capsys):
     code = main(["tokenize", "--prompts", str(prompts), "--tokenizer", "standin:kimi-k2.5", "--trust-remote-code",
         "--output",
                  str(tmp_path / "o"), "--benchmark", f"x={tmp_path / 'missing.jsonl'}"])  # fmt: skip
-    assert code == 1 and "prompt source not found" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 1 and f"benchmark x of the decontamination list has no file at {tmp_path / 'missing.jsonl'}" in err
+    assert "or drop --benchmark x" in err
 
 
 def test_near_duplicates_with_one_changed_word_are_caught_and_distinct_prompts_are_not(tmp_path):

@@ -39,6 +39,8 @@ def test_connections_from_the_environment():
     }
     aws = conns["aws_default"]
     assert aws["login"] == "key" and aws["password"] == "s3-secret-value"
+    keyed = connections(ENV | {"SGLANG_API_KEY": " sk-deployment-key \n"})["sglang_default"]
+    assert keyed["password"] == "sk-deployment-key"  # the API key every task sends (deployment.sglang_key)
     assert aws["extra"] == {"endpoint_url": "http://seaweedfs:8333", "region_name": "us-east-1"}
 
 

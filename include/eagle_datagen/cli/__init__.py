@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from eagle_datagen.cli import evaluate, export, gc, release, run, standin, tokenize
+from eagle_datagen.cli import convert_drafter, evaluate, export, gc, release, run, standin, tokenize
 from eagle_datagen.cli.arguments import EPILOG
 from eagle_datagen.cli.run import format_run_summary
 from eagle_datagen.cli.tokenize import format_tokenize_summary
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     tokenize.add_parser(commands)
     run.add_parser(commands)
     export.add_parser(commands)
+    convert_drafter.add_parser(commands)
     evaluate.add_parser(commands)
     release.add_parser(commands)
     gc.add_parser(commands)

@@ -15,6 +15,7 @@ from typing import Any
 from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.generation.stage import SamplingOverrides
+from eagle_datagen.inference.access import COMPARE_API_KEY_VARIABLE, ServerAccess, server_access
 from eagle_datagen.inference.endpoints import BreakerPolicy
 from eagle_datagen.inference.liveness import LivenessPolicy
 from eagle_datagen.inference.retry import RetryPolicy
@@ -28,6 +29,9 @@ class EvaluateOptions:
     prompts: TokenizeOptions  # tokenizer, profile, --prompts sources, categories, the output root, the recipe
     sglang_urls: list[str]  # deployment A
     compare_urls: list[str] = field(default_factory=list)  # deployment B (same requests, paired)
+    api_key_file: str | None = None  # deployment A's key; None: $EAGLE_DATAGEN_API_KEY, if set (inference/access.py)
+    compare_api_key_file: str | None = None  # B's; None: $EAGLE_DATAGEN_COMPARE_API_KEY, else A's key
+    ca_bundle: str | None = None  # None: the system's CA certificates
     baseline: str | None = None  # or an earlier evaluation's JSON, paired by prompt
     label: str | None = None
     compare_label: str | None = None
@@ -46,11 +50,25 @@ class EvaluateOptions:
     liveness: LivenessPolicy = field(default_factory=LivenessPolicy)
     preflight_wait_s: float = settings.WAIT_READY_S
     allow_unchecked_tokenizer: bool = False  # endpoints whose /v1/tokenize cannot be asked are measured unchecked
+    allow_comparison_mismatch: bool = False  # compare with B measured otherwise (comparable.py); the results say so
     front_end: str = "cli"
 
     @property
     def compares(self) -> bool:
         return bool(self.compare_urls) or self.baseline is not None
+
+    def access(self) -> dict[str, ServerAccess]:
+        """Each deployment's API key and CA bundle, read now: "A", and "B" (its own key, else A's)."""
+        a = server_access(self.api_key_file, self.ca_bundle, front_end=self.front_end)
+        b = server_access(
+            self.compare_api_key_file,
+            self.ca_bundle,
+            variable=COMPARE_API_KEY_VARIABLE,
+            flag="--compare-api-key-file",
+            fallback=a,
+            front_end=self.front_end,
+        )
+        return {"A": a, "B": b}
 
 
 class _EvaluateConfigMethods:

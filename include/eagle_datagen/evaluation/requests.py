@@ -63,6 +63,7 @@ async def send(
     (`sampling[category][mode]`); one record per request."""
     records: list[dict[str, Any]] = []
     total = len(prompts) * options.requests_per_prompt * len(sides)
+    access = options.access()
     async with AsyncExitStack() as stack:
         runs: list[Awaitable[None]] = []
         clients: list[tuple[str, GenerateClient]] = []
@@ -72,7 +73,7 @@ async def send(
                 Endpoint(s.url, endpoint_window(s.slots or s.max_running_requests, options.concurrency, s.replicas))
                 for s in side.servers
             ]
-            pool = EndpointPool(endpoints, options.breaker)
+            pool = EndpointPool(endpoints, options.breaker, access=access[side.name])
             client = GenerateClient(pool, options.retry, vocab_size=vocab_size, liveness=options.liveness)
             await stack.enter_async_context(client)
             clients.append((side.name, client))

@@ -48,10 +48,11 @@ def load_baseline(location: str) -> Baseline:
 
 
 def check_pairs_with(
-    baseline: Baseline, sampling: dict[str, dict[str, Any]], seed: int, requests_per_prompt: int, front_end: str
+    baseline: Baseline, seed: int, requests_per_prompt: int, prompt_keys: set[str], front_end: str
 ) -> None:
-    """A baseline pairs only when its requests were this evaluation's: the same seed, requests per prompt and
-    sampling in every category both have (then a prompt's requests carry the same sampling seeds)."""
+    """A baseline pairs only when its requests were this evaluation's: the same seed and requests per prompt (then
+    a prompt's requests carry the same sampling seeds), and at least one prompt in common (comparable.py checks
+    what they were measured with)."""
     theirs = baseline.results
     problems = []
     if theirs["seed"] != seed:
@@ -60,16 +61,17 @@ def check_pairs_with(
         problems.append(
             f"{theirs['prompts']['requests_per_prompt']} requests per prompt (this one {requests_per_prompt})"
         )
-    for category in sorted(set(sampling) & set(theirs["sampling"])):
-        if theirs["sampling"][category] != sampling[category]:
-            problems.append(f"sampling of {category} {theirs['sampling'][category]} (this one {sampling[category]})")
     if problems:
         raise ConfigError(
-            f"baseline {baseline.location} sent other requests: {'; '.join(problems)}: evaluate with its settings, "
-            "or compare with --compare-url instead"
+            f"baseline {baseline.location} sent other requests: {'; '.join(problems)}: evaluate with its seed and "
+            "requests per prompt, or compare with --compare-url instead"
         )
-    if not {r["category"] for r in baseline.rows} & set(sampling):
-        raise ConfigError(f"baseline {baseline.location} has none of the categories {sorted(sampling)}")
+    shared = {r["prompt_key"] for r in baseline.rows} & prompt_keys
+    if not shared:
+        raise ConfigError(
+            f"baseline {baseline.location} shares no prompt with this evaluation's {len(prompt_keys)}: nothing would "
+            "pair; evaluate the prompts it was measured on (its --output and --run-id, or its --prompts)"
+        )
 
 
 def deployment_json(label: str, servers: list[dict[str, Any]]) -> dict[str, Any]:

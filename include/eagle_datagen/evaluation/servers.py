@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.inference.access import NO_ACCESS, ServerAccess
 from eagle_datagen.inference.preflight import ServerInfo, get_server_info, judge_endpoints
 from eagle_datagen.inference.tokenizer_agreement import AgreementCheck
 from eagle_datagen.profile import ModelProfile
@@ -78,6 +79,7 @@ async def check_deployment(
     wait_s: float,
     front_end: str = "cli",
     replicas_behind_url: int | None = None,
+    access: ServerAccess = NO_ACCESS,  # this deployment's API key and CA bundle (access.py)
 ) -> list[SpeculativeServer]:
     """Every endpoint must pass (a deployment is measured whole): the run's preflight without its canary, then the
     speculative check. The replicas must serve one drafter."""
@@ -91,8 +93,9 @@ async def check_deployment(
         agreement=agreement,
         front_end=front_end,
         replicas_behind_url=replicas_behind_url,
+        access=access,
     )
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120, sock_connect=10)) as session:
+    async with access.session(timeout=aiohttp.ClientTimeout(total=120, sock_connect=10)) as session:
         infos = await asyncio.gather(*(get_server_info(session, s.url) for s in verdicts.servers))
     servers = [_server(s, speculative_facts(s.url, info)) for s, info in zip(verdicts.servers, infos, strict=True)]
     drafters = sorted({(s.draft_model, s.speculative.get("speculative_num_steps")) for s in servers}, key=str)

@@ -26,6 +26,8 @@ import pyarrow as pa
 
 from eagle_datagen.errors import ConfigError, DataGenError
 from eagle_datagen.evaluation import aggregate
+from eagle_datagen.evaluation.comparable import check_comparable, differences, sampling_by_mode_of
+from eagle_datagen.evaluation.intervals import METHOD
 from eagle_datagen.evaluation.options import SCHEMA, EvaluateConfig, EvaluateOptions
 from eagle_datagen.evaluation.place import EvaluationPlace, check_eval_id, place_for
 from eagle_datagen.evaluation.prompts import (
@@ -45,7 +47,7 @@ from eagle_datagen.generation.plan import parquet_bytes
 from eagle_datagen.generation.stage import category_settings, new_run_id
 from eagle_datagen.heldout import read_policy
 from eagle_datagen.inference.tokenizer_agreement import agreement_check
-from eagle_datagen.modes import THINKING
+from eagle_datagen.modes import SAMPLE_MODES, THINKING
 from eagle_datagen.profile import load_profile
 from eagle_datagen.records import PromptRecord
 from eagle_datagen.sources.recipe import load_recipe
@@ -130,6 +132,28 @@ def sampling_by_mode(
     return result
 
 
+def _comparable(
+    options: EvaluateOptions,
+    deployment_a: dict[str, Any],
+    by_mode: dict[str, Any],
+    deployment_b: dict[str, Any] | None,
+    baseline: Baseline | None,
+) -> list[str] | None:
+    """The differences between A and B that --allow-comparison-mismatch accepts (None without a comparison);
+    ConfigError for any without it, before any request."""
+    if deployment_b is not None:
+        found = differences(deployment_a, deployment_b, by_mode, by_mode)
+        other = f"deployment B ({', '.join(options.compare_urls)})"
+    elif baseline is not None:
+        found = differences(
+            deployment_a, baseline.results["deployment"], by_mode, sampling_by_mode_of(baseline.results)
+        )
+        other = f"baseline {baseline.location}"
+    else:
+        return None
+    return check_comparable(found, other, options.allow_comparison_mismatch, options.front_end)
+
+
 def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
     """Check the configuration and every endpoint, choose and store the prompt set; returns what the later steps
     need (the eval id, the categories, the deployments' facts, the sampling per category)."""
@@ -150,24 +174,42 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
     by_mode = sampling_by_mode(options, prompts, recipe, profile)
     baseline = load_baseline(options.baseline) if options.baseline else None
     if baseline is not None:
-        check_pairs_with(baseline, sampling, options.seed, options.requests_per_prompt, options.front_end)
+        keys = {p.prompt_key for p in prompts}
+        check_pairs_with(baseline, options.seed, options.requests_per_prompt, keys, options.front_end)
     model = options.model or profile.model
+
+    access = options.access()  # before the deployments: an unreadable key file fails here
 
     async def deployments() -> tuple[list[SpeculativeServer], list[SpeculativeServer]]:
         wait, front_end = options.preflight_wait_s, options.front_end
-        agreement = agreement_check(  # the ids the evaluation sends, by the path it encodes with
-            loaded.tokenizer, front_end, encode=loaded.encoder(), allow_unchecked=options.allow_unchecked_tokenizer
+        agreement = agreement_check(  # the ids the evaluation sends, by the path it encodes with, in its modes
+            loaded.tokenizer,
+            front_end,
+            encode=loaded.encoder(),
+            allow_unchecked=options.allow_unchecked_tokenizer,
+            modes={m: dict(profile.mode(m).template_kwargs) for m in SAMPLE_MODES if any(p.mode == m for p in prompts)},
         )
         replicas = options.replicas_behind_url
-        a = await check_deployment(options.sglang_urls, profile, model, agreement, wait, front_end, replicas)
+        a = await check_deployment(
+            options.sglang_urls, profile, model, agreement, wait, front_end, replicas, access=access["A"]
+        )
         b = []
         if options.compare_urls:
-            b = await check_deployment(options.compare_urls, profile, model, agreement, wait, front_end, replicas)
+            b = await check_deployment(
+                options.compare_urls, profile, model, agreement, wait, front_end, replicas, access=access["B"]
+            )
         return a, b
 
     if not options.sglang_urls:
         raise ConfigError("give at least one --sglang-url: the speculative deployment to evaluate")
     servers_a, servers_b = asyncio.run(deployments())
+    deployment_a = deployment_json(options.label or servers_a[0].draft_model, [s.to_json() for s in servers_a])
+    deployment_b = None
+    if servers_b:
+        deployment_b = deployment_json(
+            options.compare_label or servers_b[0].draft_model, [s.to_json() for s in servers_b]
+        )
+    accepted = _comparable(options, deployment_a, by_mode, deployment_b, baseline)
     place.root.write_bytes(place.prompts_key, parquet_bytes(prompts_table(prompts)))
     per_category = {c: sum(1 for p in prompts if p.category == c) for c in categories}
     prepared = {
@@ -185,18 +227,8 @@ def prepare_step(config: EvaluateConfig | dict[str, Any]) -> dict[str, Any]:
         "modes": {
             c: {m: sum(1 for p in prompts if p.category == c and p.mode == m) for m in by_mode[c]} for c in categories
         },
-        "deployments": {
-            "A": deployment_json(options.label or servers_a[0].draft_model, [s.to_json() for s in servers_a]),
-            **(
-                {
-                    "B": deployment_json(
-                        options.compare_label or servers_b[0].draft_model, [s.to_json() for s in servers_b]
-                    )
-                }
-                if servers_b
-                else {}
-            ),
-        },
+        "deployments": {"A": deployment_a, **({"B": deployment_b} if deployment_b else {})},
+        "accepted_differences": accepted,
     }
     place.root.write_bytes(place.prepared_key, json.dumps(prepared, indent=1).encode())
     log.info(
@@ -263,14 +295,34 @@ def _comparison(
     else:
         return None
     mine = [r for r in rows if r["side"] == "A"]
-    return {"label": deployment["label"], **source, "deployment": deployment, "results": aggregate.summarize(other)} | (
-        aggregate.paired(mine, other)
+    accepted = {"accepted_differences": prepared.get("accepted_differences") or []}
+    return (
+        {"label": deployment["label"], **source, "deployment": deployment, "results": aggregate.summarize(other)}
+        | accepted
+        | aggregate.paired(mine, other)
     )
+
+
+def _empty_comparison(comparison: dict[str, Any] | None) -> str | None:
+    """Why a comparison measured nothing, in words (None when it measured something on both sides)."""
+    if comparison is None:
+        return None
+    theirs = comparison["results"]["overall"]
+    if not theirs["measured"]:
+        failures = ", ".join(f"{kind} x{n}" for kind, n in theirs["failures"].items()) or "none failed"
+        return (
+            f"deployment B ({comparison['label']}) measured nothing: {theirs['requests']} requests, "
+            f"{theirs['failed']} failed ({failures}), {theirs['unmeasured']} answered without speculative metrics"
+        )
+    if not comparison["overall"]["paired_prompts"]:
+        return f"no prompt was measured on both A and B ({comparison['label']}): nothing to compare"
+    return None
 
 
 def finish_step(config: EvaluateConfig | dict[str, Any], prepared: dict[str, Any]) -> dict[str, Any]:
     """The numbers from the records, the records file, the report and the JSON (written last); then the work files
-    go. DataGenError (after writing) when a category has no measured request."""
+    go. DataGenError (after writing) when a category has no measured request, or a comparison measured nothing on
+    B's side or no prompt on both."""
     options = replace(_options(config), eval_id=prepared["eval_id"])
     place = _place(options)
     table = _records(place, prepared["categories"])
@@ -292,6 +344,8 @@ def finish_step(config: EvaluateConfig | dict[str, Any], prepared: dict[str, Any
         "sampling": prepared["sampling"],
         "sampling_by_mode": prepared.get("sampling_by_mode"),
         "seed": options.seed,
+        "headline": aggregate.HEADLINE,
+        "intervals": METHOD,
         "categories": mine["categories"],
         "overall": mine["overall"],
         "modes": mine["modes"],
@@ -314,6 +368,12 @@ def finish_step(config: EvaluateConfig | dict[str, Any], prepared: dict[str, Any
         raise DataGenError(
             f"evaluation {prepared['eval_id']}: no measured request in {sorted(set(empty))} "
             f"({place.location(place.json_key)} counts the failures): check the endpoints and rerun"
+        )
+    why = _empty_comparison(comparison)
+    if why:  # an A/B with nothing on one side is no comparison, whatever A measured
+        raise DataGenError(
+            f"evaluation {prepared['eval_id']}: {why} ({place.location(place.json_key)} counts them): check B's "
+            "endpoints or the baseline and rerun"
         )
     return {
         "eval_id": prepared["eval_id"],

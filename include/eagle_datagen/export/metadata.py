@@ -30,15 +30,16 @@ def train_command(fmt: str, c: TrainContext) -> str:
         seq = f" --total-seq-len {c.max_seq_len}" if c.max_seq_len else ""
         return (
             f"speculators train --verifier-name-or-path {c.model} --trust-remote-code --data-path {c.folder} "
-            f"--draft-vocab-size {k}{seq} --save-path ./checkpoints"
+            f"--draft-vocab-size {k}{seq} --num-layers 1 --no-norm-before-residual --full-attention-indices 0 "
+            "--save-path ./checkpoints  # then eagle-datagen convert-drafter for SGLang (docs/training.md)"
         )
     if fmt == "specforge":
         seq = f" data.max_length={c.max_seq_len}" if c.max_seq_len else ""
         return (
-            "specforge train --config examples/configs/<model>-eagle3-online.yaml "
+            "specforge train --config run.yaml "
             f"model.target_model_path={c.model} model.trust_remote_code=true "
             f"model.vocab_mapping_path={c.folder}/vocab_mapping.pt data.prompts_path={c.folder}/train.jsonl{seq}"
-            f"  # the draft config's draft_vocab_size must be {k}"
+            f"  # run.yaml: docs/training.md; the draft config's draft_vocab_size must be {k}"
         )
     if fmt == "torchspec":
         seq = f" training.max_seq_length={c.max_seq_len}" if c.max_seq_len else ""

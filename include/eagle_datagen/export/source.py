@@ -57,6 +57,8 @@ class ExportSource:
     categories: list[str] = field(default_factory=list)  # those exported; a release reads the others' ids
     heldout: HeldoutPolicy | None = None  # the output root's held-out policy: its prompts are never exported
     heldout_rows: dict[str, int] = field(default_factory=dict)  # held-out rows left out, per category (once read)
+    # a run published before its draft vocabulary left held-out rows out: that vocabulary may count them
+    vocab_counts_heldout: bool = False
 
     @property
     def manifest_key(self) -> str:
@@ -170,6 +172,7 @@ def open_run(root: OutputRoot, run_id: str, categories: list[str] | None = None)
         draft_vocab_file=InputFile(vocab["key"], vocab["sha256"], None, None) if vocab else None,
         categories=sorted({f.category for f in files if f.category is not None}),
         heldout=read_policy(root),
+        vocab_counts_heldout=(manifest.get("heldout") or {}).get("in_draft_vocab", True) is not False,
     )
 
 

@@ -285,7 +285,9 @@ def _write(
     else:
         writer = writer_cls(work, identity, options.logprobs)
     counts, modes = RowCounts(), ModeTally()
-    counter = TokenCounter(vocab_size) if options.draft_vocab_size else None
+    # an older run's own vocabulary may count held-out rows: the exported rows are counted too, to replace it
+    recount = published is not None and source.vocab_counts_heldout
+    counter = TokenCounter(vocab_size) if options.draft_vocab_size or recount else None
     sample_ids = (work / "sample_ids.txt").open("w") if writer_cls.folder else None
     soft = list(LOGPROB_COLUMNS) if options.logprobs else []
     columns = list(dict.fromkeys([*writer_cls.columns, "category", "prompt_ids", "output_ids", MODE_COLUMN, *soft]))
@@ -356,15 +358,29 @@ def _nothing_exported(source: ExportSource, counts: RowCounts, front_end: str) -
 def _draft_vocab(
     options: ExportOptions, source: ExportSource, published: DraftVocab | None, counter: TokenCounter | None
 ) -> tuple[DraftVocab | None, str | None]:
+    if published is not None and (counter is None or not source.heldout_rows):
+        return published, f"the {source.kind}'s draft vocabulary"
     if counter is None:
-        return published, (f"the {source.kind}'s draft vocabulary" if published else None)
-    assert options.draft_vocab_size is not None
-    if options.draft_vocab_size > counter.distinct:
+        return None, None
+    size = options.draft_vocab_size
+    if published is not None:  # a run published before held-out rows were left out of its vocabulary
+        size = published.k
+        if size > counter.distinct:
+            raise ConfigError(
+                f"{source.kind} {source.id}'s draft vocabulary counts held-out rows (published before they were left "
+                f"out of it) and the exported rows supervise only {counter.distinct} distinct tokens, fewer than its "
+                f"{size}: pass --draft-vocab-size K (at most {counter.distinct}) to build one from the exported rows"
+            )
+        return build_draft_vocab(counter.counts, size), (
+            f"the exported rows' supervised tokens (the {source.kind}'s own draft vocabulary counts held-out rows)"
+        )
+    assert size is not None
+    if size > counter.distinct:
         raise ConfigError(
-            f"a draft vocabulary of {options.draft_vocab_size} tokens was asked, but the exported rows supervise "
+            f"a draft vocabulary of {size} tokens was asked, but the exported rows supervise "
             f"only {counter.distinct} distinct tokens: lower --draft-vocab-size"
         )
-    return build_draft_vocab(counter.counts, options.draft_vocab_size), "the exported rows' supervised tokens"
+    return build_draft_vocab(counter.counts, size), "the exported rows' supervised tokens"
 
 
 def _info(

@@ -12,6 +12,7 @@ from typing import Any
 
 from eagle_datagen import settings
 from eagle_datagen.generation.endpoint_journal import record_left_out, record_tokenizer_check
+from eagle_datagen.inference.access import NO_ACCESS, ServerAccess
 from eagle_datagen.inference.endpoint_minimum import MinEndpoints, parse_min_endpoints, required_endpoints
 from eagle_datagen.inference.preflight import ServerInfo, judge_endpoints
 from eagle_datagen.inference.tokenizer_agreement import AgreementCheck
@@ -43,6 +44,7 @@ async def preflight_run(
     agreement: AgreementCheck | None = None,
     front_end: str = "cli",
     replicas_behind_url: int | None = None,
+    access: ServerAccess = NO_ACCESS,  # the deployment's API key and CA bundle (inference/access.py)
 ) -> list[ServerInfo]:
     """The endpoints that passed; the others recorded as left out of run `run_id` (by `by`: "run", "preflight").
     `agreement`: the client-vs-server tokenizer check (inference/tokenizer_agreement.py) on those that passed; how
@@ -58,9 +60,10 @@ async def preflight_run(
         agreement=agreement,
         front_end=front_end,
         replicas_behind_url=replicas_behind_url,
+        access=access,
     )
     if verdicts.left_out:
         record_left_out(root, run_id, [x.to_json() for x in verdicts.left_out], by)
     if verdicts.tokenizer_check:
-        record_tokenizer_check(root, run_id, verdicts.tokenizer_check, by)
+        record_tokenizer_check(root, run_id, verdicts.tokenizer_check, by, verdicts.tokenizer_modes)
     return verdicts.servers

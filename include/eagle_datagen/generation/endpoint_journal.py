@@ -8,7 +8,8 @@
 - `leftout-<stamp>.json`, written by a preflight that left endpoints out of the run (they failed a check),
   each with the reason;
 - `tokcheck-<stamp>.json`, written by a preflight with the tokenizer check: how each endpoint it let into the run
-  had its tokenizer compared with the client's (messages, prompt, no_tokenizer, unchecked: tokenizer_agreement.py);
+  had its tokenizer compared with the client's (messages, prompt, no_tokenizer, unchecked: tokenizer_agreement.py),
+  and the modes (thinking, instant) its canaries were rendered in;
 - `tally-<stamp>.json`, one per invocation (a command-line run, a shard task), rewritten as it goes and at
   its end: answers per endpoint, quarantined and retried reasons, and the server-fault answers kept as
   evidence (the bad answers that never became rows).
@@ -90,9 +91,12 @@ def left_out_endpoints(root: OutputRoot, run_id: str) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def record_tokenizer_check(root: OutputRoot, run_id: str, checks: dict[str, str], by: str) -> None:
-    """How a preflight checked the tokenizer of each endpoint it let into the run ({url: comparison})."""
-    record = {"by": by, "at": time.time(), "endpoints": checks}
+def record_tokenizer_check(
+    root: OutputRoot, run_id: str, checks: dict[str, str], by: str, modes: tuple[str, ...] = ()
+) -> None:
+    """How a preflight checked the tokenizer of each endpoint it let into the run ({url: comparison}), and in which
+    modes the canaries were rendered for it (thinking, instant: the modes the run sends)."""
+    record = {"by": by, "at": time.time(), "endpoints": checks, "modes": list(modes)}
     root.write_bytes(endpoints_prefix(run_id) + f"tokcheck-{_stamp()}.json", json.dumps(record, indent=1).encode())
 
 
@@ -110,6 +114,16 @@ def tokenizer_checks(root: OutputRoot, run_id: str) -> dict[str, str]:
         for url, check in raw.get("endpoints", {}).items():
             weakest[url] = min(weakest.get(url, check), check, key=strength)
     return dict(sorted(weakest.items()))
+
+
+def tokenizer_check_modes(root: OutputRoot, run_id: str) -> list[str]:
+    """The modes every preflight of the run compared the canaries in (a record from before modes were recorded
+    rendered thinking alone); empty when no preflight compared any."""
+    found: set[str] | None = None
+    for _, raw in _records(root, run_id, "tokcheck"):
+        modes = set(raw.get("modes", ["thinking"]))
+        found = modes if found is None else found & modes
+    return sorted(found or ())
 
 
 def live_ejections(root: OutputRoot, run_id: str) -> list[tuple[str, Ejection]]:
@@ -168,6 +182,7 @@ def endpoint_report(root: OutputRoot, run_id: str) -> dict[str, Any]:
         "stops": [raw for _, raw in _records(root, run_id, "stop")],
         "left_out": left_out_endpoints(root, run_id),
         "tokenizer_check": tokenizer_checks(root, run_id),
+        "tokenizer_check_modes": tokenizer_check_modes(root, run_id),
         "invocations": len(tallies),
         "policies": [tally.get("policy") for _, tally in tallies if tally.get("policy")],
         "evidence": evidence,

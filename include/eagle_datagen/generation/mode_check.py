@@ -3,10 +3,26 @@ them (modes.py, docs/generation.md "Modes")."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.generation.plan import RunPlan
 from eagle_datagen.generation.stage import CANARY_MESSAGES, RunOptions, category_settings
-from eagle_datagen.modes import INSTANT, sample_modes
+from eagle_datagen.modes import INSTANT, SAMPLE_MODES, sample_modes
 from eagle_datagen.tokenization.stage import TokenizeSetup
+
+
+def run_modes(setup: TokenizeSetup, options: RunOptions, plan: RunPlan | None = None) -> dict[str, dict[str, Any]]:
+    """The modes the run sends prompts in (its plan's categories, else the ones it will plan), each with the chat
+    template variables that render it: what the tokenizer check renders its canaries in."""
+    if plan is not None:
+        modes = {mode for s in plan.categories.values() for mode in sample_modes(s.mode)}
+    else:
+        recipe, chosen = setup.recipe, options.prompts.categories if options.prompts is not None else None
+        categories = chosen or (list(recipe.categories) if recipe is not None else [""])
+        planned = category_settings(categories, recipe, setup.profile, options.sampling, setup.seed)
+        modes = {mode for s in planned.values() for mode in sample_modes(s.mode)}
+    return {mode: dict(setup.profile.mode(mode).template_kwargs) for mode in SAMPLE_MODES if mode in modes}
 
 
 def check_modes(setup: TokenizeSetup, options: RunOptions) -> None:

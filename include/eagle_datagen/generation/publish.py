@@ -31,6 +31,7 @@ from eagle_datagen.generation.plan import CategorySettings, RunPlan
 from eagle_datagen.generation.shard_samples import ShardIncomplete as ShardIncomplete  # steps.py catches it here
 from eagle_datagen.generation.shard_samples import shard_row_batches
 from eagle_datagen.generation.shard_samples import shard_rows as shard_rows  # the whole shard, for tests
+from eagle_datagen.heldout import HeldoutPolicy, heldout_rows
 from eagle_datagen.inference.logprobs import columns as logprob_columns
 from eagle_datagen.modes import MIX, sample_modes
 from eagle_datagen.profile import ModelProfile
@@ -221,8 +222,18 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
                 stored = StoredObject(key, sha256, path.stat().st_size)
             entries[key] = ManifestFile.of(stored, kind, rows=rows, category=category)  # type: ignore[arg-type]
 
+    policy = HeldoutPolicy.from_json(plan.heldout) if plan.heldout else None
+
+    def trained(table: pa.Table) -> pa.Array | pa.ChunkedArray:
+        """The rows the draft vocabulary counts: never a held-out one (heldout.py), whatever else reads them."""
+        marks = table.column("heldout") if "heldout" in table.column_names else pa.nulls(table.num_rows, pa.bool_())
+        if marks.null_count == 0:  # every row marked by its plan: no per-row work
+            return pc.invert(marks)
+        held = heldout_rows(marks.to_pylist(), table.column("prompt_id").to_pylist(), policy)
+        return pa.array([not h for h in held])
+
     # one read of each file: the statistics, the token counts, the reasons and the manifest's checksums
-    statistics = compute_statistics(tables("data"), tables("quarantine"), profile, counter=tokens)
+    statistics = compute_statistics(tables("data"), tables("quarantine"), profile, counter=tokens, trained=trained)
     for _, key, _ in shard_files:
         entry = entries[key]
         files.append(entry)
@@ -306,7 +317,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
                 c: {mode: _mode_counts(entry) for mode, entry in modes.items()}
                 for c, modes in by_mode["categories"].items()
             },
-            "trained_tokens": tokens.total,
+            "trained_tokens": tokens.total,  # of the rows trained on: held-out rows left out, as the vocabulary does
             "endpoints": {
                 url: {
                     "answers": e["answers"],
@@ -324,6 +335,7 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
         files=files,
         heldout={
             "policy": plan.heldout,
+            "in_draft_vocab": False,  # the run's draft vocabulary and trained_tokens count no held-out row
             "by_category": {
                 c: {kind: heldout.get(c, Counter())[kind] for kind in ("data", "quarantine")}
                 for c in sorted(by_category)
@@ -337,6 +349,8 @@ def finalize_run(root: OutputRoot, plan: RunPlan, profile: ModelProfile, options
             "endpoints_left_out": [{"url": x["url"], "reason": x["reason"]} for x in endpoints["left_out"]],
             # how each endpoint's tokenizer was compared with the client's (the weakest over the run's preflights)
             "tokenizer_check": endpoints["tokenizer_check"],
+            # the modes whose renderings every preflight compared (the run sends prompts in each)
+            "tokenizer_check_modes": endpoints["tokenizer_check_modes"],
         },
     )
     try:

@@ -53,7 +53,8 @@ from eagle_datagen.generation.plan_build import source_and_plan
 from eagle_datagen.generation.plan_lock import PlanLockPolicy
 from eagle_datagen.generation.publish import PublishOptions
 from eagle_datagen.generation.screen import AnswerScreen
-from eagle_datagen.heldout import freeze_policy
+from eagle_datagen.heldout import freeze_policy, provisional_policy
+from eagle_datagen.inference.access import ServerAccess, server_access
 from eagle_datagen.inference.affinity import BALANCE_POLICIES, PrefixAffinity, prompt_groups, spaced_samples
 from eagle_datagen.inference.client import GenerateClient
 from eagle_datagen.inference.content_breaker import ContentBreakerPolicy
@@ -102,6 +103,8 @@ class SamplingOverrides:
 class RunOptions:
     prompts: TokenizeOptions
     sglang_urls: list[str]
+    api_key_file: str | None = None  # None: $EAGLE_DATAGEN_API_KEY, if set (inference/access.py)
+    ca_bundle: str | None = None  # None: the system's CA certificates
     run_id: str | None = None
     model: str | None = None  # what the servers must serve; default: the profile's model
     allow_model_mismatch: bool = False
@@ -131,6 +134,10 @@ class RunOptions:
     front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
     min_endpoints: int | str | None = None  # endpoints that must pass preflight, a count or a share ("50%")
     heldout_fraction: float | None = None  # None: the output root's frozen fraction (heldout.py), else the default
+
+    def access(self) -> ServerAccess:
+        """The deployment's API key and CA bundle, read now (the key never rides in the options)."""
+        return server_access(self.api_key_file, self.ca_bundle, front_end=self.front_end)
 
     @property
     def claim(self) -> bool:
@@ -423,7 +430,7 @@ async def generate_pending(
     if options.balance not in BALANCE_POLICIES:
         raise ConfigError(f"unknown balance policy {options.balance!r}; known: {list(BALANCE_POLICIES)}")
     affinity = PrefixAffinity([e.url for e in endpoints]) if options.balance == "prefix-affinity" else None
-    pool = EndpointPool(endpoints, options.breaker, affinity=affinity, gate=screen.breaker)
+    pool = EndpointPool(endpoints, options.breaker, affinity=affinity, gate=screen.breaker, access=options.access())
     pending = pending_requests(root, plan, single, done, spacing=pool.workers)
     for key, ejection in live_ejections(root, plan.run_id):
         screen.learn(key, ejection)
@@ -526,10 +533,17 @@ def prepare_plan(
         existing = load_plan(root, run_id)
     if existing is not None:
         check_same_tokenizer(run_id, existing.provenance, provenance, "run", options.front_end)
+        if existing.heldout and not options.dry_run:  # a dry run's plan generated after all: its split now holds
+            freeze_policy(root, existing.heldout["fraction"], run_id, options.front_end)
         log.info("run %s: continuing the existing plan (%d shards)", run_id, len(existing.shards))
         return existing
     model = options.model or setup.profile.model
-    heldout = freeze_policy(root, options.heldout_fraction, run_id, options.front_end)
+    heldout = (
+        # a dry run generates nothing: it marks its plan as a run would, and freezes no fraction (heldout.py)
+        provisional_policy(root, options.heldout_fraction, run_id, options.front_end)
+        if options.dry_run
+        else freeze_policy(root, options.heldout_fraction, run_id, options.front_end)
+    )
 
     def settings_for(categories: list[str]) -> dict[str, CategorySettings]:
         return category_settings(categories, setup.recipe, setup.profile, options.sampling, setup.seed)

@@ -32,7 +32,7 @@ from eagle_datagen.generation.claims import HolderCheck, heartbeat_interval_s, w
 from eagle_datagen.generation.endpoint_check import preflight_run
 from eagle_datagen.generation.heartbeat import process_heartbeat
 from eagle_datagen.generation.incremental import ClaimedElsewhere, NothingToDo
-from eagle_datagen.generation.mode_check import check_modes
+from eagle_datagen.generation.mode_check import check_modes, run_modes
 from eagle_datagen.generation.plan import RunPlan, check_plan_matches, is_conversation_shard, load_plan
 from eagle_datagen.generation.publish import (
     ShardIncomplete,
@@ -192,6 +192,7 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
     options = ctx.options
     if not options.sglang_urls:
         raise ConfigError("give at least one " + settings.named("sglang_urls", options.front_end))
+    access = options.access()  # an unreadable key file or CA bundle fails before anything is loaded
     setup = ctx.setup()
     existing = ctx.plan()
     check_policy(ctx.root(), options.heldout_fraction, options.front_end)  # another fraction: refused before the canary
@@ -215,9 +216,11 @@ def preflight_step(config: RunConfig | dict[str, Any] | RunContext) -> list[dict
                 options.front_end,
                 encode=setup.loaded.encoder(),  # the ids the run sends, by the path it encodes with
                 allow_unchecked=options.allow_unchecked_tokenizer,
+                modes=run_modes(setup, options, existing),  # each mode the run sends, rendered and compared
             ),
             front_end=options.front_end,
             replicas_behind_url=options.replicas_behind_url,
+            access=access,
         )
     )
     return [dataclasses.asdict(s) for s in servers]
@@ -233,7 +236,12 @@ def plan_step(
     ctx = RunContext.of(config)
     setup = ctx.setup()
     infos = _servers(servers)
-    provenance = setup.loaded.provenance() | {"servers": [s.provenance() for s in infos]}
+    index = setup.filters.benchmarks if setup.filters is not None else None
+    provenance = setup.loaded.provenance() | {
+        "servers": [s.provenance() for s in infos],
+        # every benchmark the run was checked against (a named one whose file is missing refuses the run)
+        "decontamination": index.summary() if index is not None else None,
+    }
     existing = ctx.plan()
     weight_version = infos[0].weight_version
     try:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from eagle_datagen.inference.access import REFUSED_STATUSES
 from eagle_datagen.inference.endpoints import Endpoint, EndpointPool, NoEndpointAvailable
 from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.liveness import LivenessMonitor, LivenessPolicy, Watched
@@ -107,12 +108,14 @@ class GenerateClient:
     async def __aenter__(self) -> GenerateClient:
         timeout = aiohttp.ClientTimeout(total=self.policy.request_timeout_s, sock_connect=10)
         for endpoint in self.pool.endpoints:
-            connector = aiohttp.TCPConnector(limit=endpoint.window, enable_cleanup_closed=True)
-            self._sessions[endpoint.url] = aiohttp.ClientSession(
-                base_url=endpoint.url.rstrip("/") + "/", connector=connector, timeout=timeout
+            self._sessions[endpoint.url] = self.pool.access.session(  # the deployment's key on every request
+                connector={"limit": endpoint.window, "enable_cleanup_closed": True},
+                base_url=endpoint.url.rstrip("/") + "/",
+                timeout=timeout,
             )
         if self.liveness_policy.enabled:
-            self.liveness = LivenessMonitor(self.liveness_policy, [e.url for e in self.pool.endpoints])
+            urls = [e.url for e in self.pool.endpoints]
+            self.liveness = LivenessMonitor(self.liveness_policy, urls, self.pool.access)
             self.liveness.start()
         return self
 
@@ -333,6 +336,8 @@ class GenerateClient:
                 self.stats.output_tokens += len(result.output_ids)
                 return result
             self.stats.failures[outcome.kind] += 1
+            if outcome.status in REFUSED_STATUSES and outcome.kind.startswith("http_"):  # the key: stop the run
+                raise self.pool.access.refused(endpoint.url.rstrip("/") + "/generate", outcome.status)
             if not outcome.transient:
                 result.error, result.retryable = outcome.describe(), False
                 break

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from eagle_datagen import settings
+from eagle_datagen.inference.access import NO_ACCESS, ServerAccess
 from eagle_datagen.inference.affinity import PrefixAffinity, prefix_keys
 
 
@@ -78,6 +79,7 @@ class EndpointPool:
     last_ok: float = field(default_factory=time.monotonic)
     gate: EndpointGate | None = None  # the content breaker: endpoints it ejected stay out for the run
     stolen: int = 0  # affinity: requests that went elsewhere than their replica to keep slots busy
+    access: ServerAccess = NO_ACCESS  # the deployment's API key and CA bundle: every session to it carries them
 
     def __post_init__(self) -> None:
         self._by_url = {e.url: e for e in self.endpoints}

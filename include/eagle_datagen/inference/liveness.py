@@ -45,6 +45,7 @@ from typing import Any
 import aiohttp
 
 from eagle_datagen import settings
+from eagle_datagen.inference.access import NO_ACCESS, ServerAccess
 
 log = logging.getLogger(__name__)
 BY_LOADS = "v1/loads"  # `watched_by`: the server's count compared with the run's
@@ -110,9 +111,10 @@ def _counted(load: dict[str, Any]) -> int:
 
 
 class LivenessMonitor:
-    def __init__(self, policy: LivenessPolicy, urls: list[str]) -> None:
+    def __init__(self, policy: LivenessPolicy, urls: list[str], access: ServerAccess = NO_ACCESS) -> None:
         self.policy = policy
         self._urls = urls
+        self._access = access  # the deployment's key: /v1/loads and /abort_request want it
         # its own connections: the generation sessions' are all taken when every request there is lost
         self._session: aiohttp.ClientSession | None = None
         self._watched: dict[str, set[Watched]] = {url: set() for url in urls}
@@ -212,9 +214,8 @@ class LivenessMonitor:
 
     def start(self) -> None:
         if self.policy.enabled and self._task is None:
-            connector = aiohttp.TCPConnector(limit_per_host=2)
             timeout = aiohttp.ClientTimeout(total=self.policy.request_timeout_s)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+            self._session = self._access.session(connector={"limit_per_host": 2}, timeout=timeout)
             self._task = asyncio.create_task(self._run(), name="liveness")
 
     def spawn_abort(self, url: str, rid: str) -> None:

@@ -34,6 +34,7 @@ import aiohttp
 
 from eagle_datagen import settings
 from eagle_datagen.errors import ConfigError
+from eagle_datagen.inference.access import NO_ACCESS, REFUSED_STATUSES, KeyRefused, ServerAccess
 from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.fleet import SERVER, Fleet, find_fleet
 from eagle_datagen.inference.retry import RetryPolicy, failure_from_status
@@ -170,6 +171,8 @@ async def _get_json(
         async with session.get(url.rstrip("/") + path) as response:
             if response.status == 404 and (fallback is not None or optional):
                 return None
+            if response.status in REFUSED_STATUSES:  # the key (access.py): judge_endpoints says where it came from
+                raise KeyRefused(url.rstrip("/") + path, response.status)
             if response.status != 200:
                 if failure_from_status(response.status, "").transient:
                     raise _Transient(f"{response.status} to GET {path}")
@@ -226,6 +229,8 @@ async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float,
             async with session.get(url.rstrip("/") + "/health_generate") as response:
                 if response.status == 200:
                     return
+                if response.status in REFUSED_STATUSES:  # a router that guards its health route too
+                    raise KeyRefused(url.rstrip("/") + "/health_generate", response.status)
                 problem = f"/health_generate answered {response.status}"
         except aiohttp.ClientError as exc:
             problem = f"cannot connect ({type(exc).__name__}: {exc})"
@@ -297,6 +302,8 @@ async def _canary_answer(session: aiohttp.ClientSession, url: str, body: dict[st
         async with session.post(url.rstrip("/") + "/generate", json=body | {"rid": rid}) as response:
             raw = await response.read()
         text = raw[:200].decode(errors="replace").strip()
+        if response.status in REFUSED_STATUSES:
+            raise KeyRefused(url.rstrip("/") + "/generate", response.status)
         if response.status != 200:
             message = error_message(raw)[:200]
             if failure_from_status(response.status, message).transient:
@@ -401,6 +408,7 @@ class LeftOut:
     url: str
     reason: str
     run_level: bool = False  # it failed in a way that would be the run's own, were no other endpoint to pass
+    key_refused: bool = False  # it refused the API key: the run stops (a key is the deployment's, not one replica's)
 
     def to_json(self) -> dict[str, str]:
         return {"url": self.url, "reason": self.reason}
@@ -413,6 +421,7 @@ class EndpointVerdicts:
     # how each endpoint that passed had its tokenizer checked (tokenizer_agreement.Comparison: messages, prompt,
     # no_tokenizer, unchecked); empty without the agreement check
     tokenizer_check: dict[str, str] = field(default_factory=dict)
+    tokenizer_modes: tuple[str, ...] = ()  # the modes whose canary renderings were compared (AgreementResult.modes)
 
 
 async def judge_endpoints(
@@ -428,6 +437,7 @@ async def judge_endpoints(
     agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[Any]] | None = None,
     front_end: str = "cli",  # messages name the settings as this front end calls them (settings.named)
     replicas_behind_url: int | None = None,  # replicas behind each URL; None: found per URL (inference/fleet.py)
+    access: ServerAccess = NO_ACCESS,  # the API key and CA bundle every request carries (access.py)
 ) -> EndpointVerdicts:
     """Preflight every endpoint; those that fail are left out with a warning. ConfigError (one line) when
     fewer than `min_endpoints` pass. A failure that looks like the run's own (RunLevelError: the canary of its
@@ -435,7 +445,8 @@ async def judge_endpoints(
     passes: then it stops the run as it is; when others pass the same canary, it is that endpoint's (a replica
     with a shorter context length, another model) and the endpoint is left out like any other.
     `agreement`: the client-vs-server tokenizer check, run on the endpoints that passed; those it names are left out,
-    the comparison made on the others is returned (`tokenizer_check`)."""
+    the comparison made on the others is returned (`tokenizer_check`). An endpoint that refuses the API key stops
+    the run in one line (KeyRefused), whatever the others say."""
     check_endpoint_urls(urls)
     timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
 
@@ -452,16 +463,23 @@ async def judge_endpoints(
                 front_end,
                 replicas_behind_url,
             )
+        except KeyRefused as exc:
+            return LeftOut(url, str(access.refused(exc.url, exc.status)), key_refused=True)
         except ConfigError as exc:
             return LeftOut(url, str(exc), run_level=isinstance(exc, RunLevelError))
 
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with access.session(timeout=timeout) as session:
         verdicts = await asyncio.gather(*(judged(session, url) for url in urls))
+        refused = [v for v in verdicts if isinstance(v, LeftOut) and v.key_refused]
+        if refused:
+            raise KeyRefused(refused[0].url, 401, refused[0].reason)
         passed = [v.url for v in verdicts if isinstance(v, ServerInfo)]
         checks: dict[str, str] = {}
+        modes: tuple[str, ...] = ()
         if agreement is not None and passed:  # the client's tokenizer against the servers' (tokenizer_agreement.py)
             result = await agreement(session, passed)
             disagreeing, checks = result.left_out, result.checks  # {url: why}: left out like any failed check
+            modes = tuple(result.modes)
             verdicts = [LeftOut(v.url, disagreeing[v.url]) if v.url in disagreeing else v for v in verdicts]
     servers = [v for v in verdicts if isinstance(v, ServerInfo)]
     left_out = [v for v in verdicts if isinstance(v, LeftOut)]
@@ -485,7 +503,7 @@ async def judge_endpoints(
     if len(weights) > 1:
         raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
     warn_seed_not_reproducible(servers)
-    return EndpointVerdicts(servers, left_out, {s.url: checks[s.url] for s in servers if s.url in checks})
+    return EndpointVerdicts(servers, left_out, {s.url: checks[s.url] for s in servers if s.url in checks}, modes)
 
 
 def _endpoints_own(left: LeftOut, passed: int) -> LeftOut:
@@ -503,6 +521,7 @@ async def preflight(
     canary_timeout_s: float = 600.0,
     agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[Any]] | None = None,
     replicas_behind_url: int | None = None,
+    access: ServerAccess = NO_ACCESS,
 ) -> list[ServerInfo]:
     """Every endpoint must pass (`judge_endpoints` with all of them required)."""
     verdicts = await judge_endpoints(
@@ -516,6 +535,7 @@ async def preflight(
         len(urls),
         agreement,
         replicas_behind_url=replicas_behind_url,
+        access=access,
     )
     return verdicts.servers
 

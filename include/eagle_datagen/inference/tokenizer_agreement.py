@@ -5,23 +5,26 @@ tokenizer that differs from the one the server loaded (a look-alike class for th
 `tiktoken.model`, another template) would give prompt ids the model's own tokenizer never produces, and nothing
 downstream would notice. So, where an endpoint loads a tokenizer, a few canary conversations (plain, system
 prompt, tools, multilingual, a prior assistant turn with reasoning: tokenization/canaries.py) are rendered by the
-client and encoded by the run's own encoder (the one its tokenize stage uses: LoadedTokenizer.encoder(), so the ids
-compared are the ids the run sends), and compared with the server's ids, asked one of two ways:
+client in every mode the run sends (thinking, and instant with its template variables, `thinking=False` for K2.5:
+a template that differs only there would pass a thinking-only check) and encoded by the run's own encoder (the one
+its tokenize stage uses: LoadedTokenizer.encoder(), so the ids compared are the ids the run sends), and compared
+with the server's ids, asked one of two ways:
 - `messages`: SGLang's `/v1/tokenize` with chat `messages` (0.5.23: the chat endpoint's own rendering,
-  `add_generation_prompt` passed to the template, encoded without added special tokens): the template and the
-  encoding both checked;
+  `add_generation_prompt` and a mode's `chat_template_kwargs` passed to the template, encoded without added special
+  tokens): the template and the encoding both checked;
 - `prompt`: where `/v1/tokenize` takes no `messages` (SGLang before 0.5.23 refuses the body 400 for its missing
   `prompt`; a gateway may answer 422, or 200 without ids), the client's rendered text encoded by the server
   (`prompt`, `add_special_tokens: false`): the encoding checked, the template only as far as the client renders it.
 
-Verdicts, per endpoint (`EndpointAgreement.check` names the comparison: messages, prompt, no_tokenizer,
-unchecked): the same ids on every canary; a mismatch, one line naming the canary, the first differing position and
-both tokens; no tokenizer (`--skip-tokenizer-init`): nothing to compare, the check is skipped and said once; or a
-tokenizer that cannot be asked (no `/v1/tokenize` route, an answer that is not JSON, neither form answered with
-ids): that endpoint fails its preflight and is left out with the reason, which names the setting
-`allow_unchecked_tokenizer`; with it, the endpoint is used, said once, and recorded `unchecked`. A mismatch on every
-endpoint that could be compared is the run's own failure (its tokenizer is not the served one) and stops it; a
-mismatch on some replicas while others agree leaves those replicas out: they are the odd ones.
+The modes compared are recorded beside the comparison (`AgreementResult.modes`; the manifest's
+validation.tokenizer_check_modes). Verdicts, per endpoint (`EndpointAgreement.check` names the comparison: messages,
+prompt, no_tokenizer, unchecked): the same ids on every canary; a mismatch, one line naming the canary (and its
+mode), the first differing position and both tokens; no tokenizer (`--skip-tokenizer-init`): nothing to compare, the
+check is skipped and said once; or a tokenizer that cannot be asked (no `/v1/tokenize` route, an answer that is not
+JSON, neither form answered with ids): that endpoint fails its preflight and is left out with the reason, which
+names the setting `allow_unchecked_tokenizer`; with it, the endpoint is used, said once, and recorded `unchecked`. A
+mismatch on every endpoint that could be compared is the run's own failure (its tokenizer is not the served one) and
+stops it; a mismatch on some replicas while others agree leaves those replicas out: they are the odd ones.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,6 +41,7 @@ import aiohttp
 from eagle_datagen import settings
 from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.preflight import RunLevelError
+from eagle_datagen.modes import THINKING
 from eagle_datagen.tokenization.canaries import CANARIES, render_canaries
 from eagle_datagen.tokenization.tiktoken_path import own_call
 
@@ -46,6 +50,27 @@ TOKENIZE_PATH = "/v1/tokenize"
 
 Encode = Callable[[Sequence[str]], list[list[int]]]  # texts -> ids: the run's encoder (LoadedTokenizer.encoder())
 Comparison = Literal["messages", "prompt", "no_tokenizer", "unchecked"]  # what the manifest records per endpoint
+Modes = Mapping[str, Mapping[str, Any]]  # the modes a run sends -> their chat template variables (profile.ModeFacts)
+# label -> (messages, tools, template variables): each canary in each mode; thinking's label is the canary's name
+Cases = dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any]]]
+
+
+def canary_cases(modes: Modes | None = None) -> Cases:
+    """Every canary in every mode (default: thinking alone), labelled `plain`, `plain (instant mode)`, ..."""
+    cases: Cases = {}
+    for mode, kwargs in (modes or {THINKING: {}}).items():
+        for name, (messages, tools) in CANARIES.items():
+            cases[name if mode == THINKING else f"{name} ({mode} mode)"] = (messages, tools, dict(kwargs))
+    return cases
+
+
+def render_cases(tokenizer: Any, modes: Modes | None = None) -> dict[str, str]:
+    """The client's rendering of `canary_cases(modes)`, with the same labels."""
+    texts: dict[str, str] = {}
+    for mode, kwargs in (modes or {THINKING: {}}).items():
+        for name, text in render_canaries(tokenizer, dict(kwargs)).items():
+            texts[name if mode == THINKING else f"{name} ({mode} mode)"] = text
+    return texts
 
 
 @dataclass(frozen=True)
@@ -54,6 +79,7 @@ class AgreementResult:
 
     left_out: dict[str, str]
     checks: dict[str, str]
+    modes: tuple[str, ...] = (THINKING,)  # the modes whose renderings were compared
 
 
 # (session, the endpoints that passed the rest of the preflight) -> what to leave out, how the rest were checked
@@ -170,8 +196,13 @@ async def _server_ids(session: aiohttp.ClientSession, url: str, body: dict[str, 
     return ServerAnswer(tokens)
 
 
-def messages_body(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+def messages_body(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A `messages` body; a mode's template variables as the chat endpoints take them (`chat_template_kwargs`)."""
     body: dict[str, Any] = {"messages": messages, "add_generation_prompt": True}
+    if template_kwargs:
+        body["chat_template_kwargs"] = template_kwargs
     return body | {"tools": tools} if tools else body
 
 
@@ -218,10 +249,13 @@ async def check_endpoint_agreement(
     expected: dict[str, list[int]],
     texts: dict[str, str] | None = None,
     front_end: str = "cli",
+    cases: Cases | None = None,
 ) -> EndpointAgreement:
-    """The endpoint's canary ids against the client's (`expected`, of the client's rendered `texts`): through
-    `messages`, or through `prompt` where the endpoint does not take messages."""
-    texts = texts if texts is not None else render_canaries(tokenizer)
+    """The endpoint's canary ids against the client's (`expected`, of the client's rendered `texts`), for each of
+    `cases` (default: the canaries in thinking mode): through `messages`, or through `prompt` where the endpoint
+    does not take messages."""
+    cases = cases if cases is not None else canary_cases()
+    texts = texts if texts is not None else render_cases(tokenizer)
     check: Comparison = "messages"
     try:
         info = await _server_info(session, url)
@@ -229,9 +263,11 @@ async def check_endpoint_agreement(
             return EndpointAgreement(
                 url, "skipped", f"SGLang at {url} runs with --skip-tokenizer-init", None, "no_tokenizer"
             )
-        for name, (messages, tools) in CANARIES.items():
+        for name, (messages, tools, kwargs) in cases.items():
             answer = await _server_ids(
-                session, url, messages_body(messages, tools) if check == "messages" else prompt_body(texts[name])
+                session,
+                url,
+                messages_body(messages, tools, kwargs) if check == "messages" else prompt_body(texts[name]),
             )
             if answer.ids is None and answer.refused and check == "messages":
                 check = "prompt"  # no messages here (SGLang before 0.5.23, a gateway): the client's text instead
@@ -263,18 +299,23 @@ def agreement_check(
     front_end: str = "cli",
     encode: Encode | None = None,
     allow_unchecked: bool = False,
+    modes: Modes | None = None,
 ) -> AgreementCheck:
     """The preflight hook: every endpoint's tokenizer against the client's, the client's ids by `encode` (the
-    run's encoder; default: the tokenizer's own call). Returns the endpoints to leave out, with why, and the
-    comparison made on each of the others; raises RunLevelError when every endpoint that could be compared
-    disagrees. `allow_unchecked`: an endpoint that cannot be asked is used (recorded `unchecked`), not left out."""
+    run's encoder; default: the tokenizer's own call), the canaries rendered in each of `modes` (the modes the run
+    sends, with their template variables; default: thinking). Returns the endpoints to leave out, with why, the
+    comparison made on each of the others and the modes compared; raises RunLevelError when every endpoint that
+    could be compared disagrees. `allow_unchecked`: an endpoint that cannot be asked is used (recorded
+    `unchecked`), not left out."""
+    cases = canary_cases(modes)
+    compared = tuple(modes or (THINKING,))
 
     async def check(session: aiohttp.ClientSession, urls: list[str]) -> AgreementResult:
-        texts = render_canaries(tokenizer)  # once, for the client's ids and the servers' `prompt` form alike
+        texts = render_cases(tokenizer, modes)  # once, for the client's ids and the servers' `prompt` form alike
         expected = client_ids(tokenizer, encode, texts)
         verdicts = await asyncio.gather(
             *(
-                check_endpoint_agreement(session, url, tokenizer, expected, texts, front_end)
+                check_endpoint_agreement(session, url, tokenizer, expected, texts, front_end, cases)
                 for url in urls
             )
         )
@@ -288,10 +329,11 @@ def agreement_check(
             log.warning("tokenizer agreement check skipped: %s", "; ".join(v.why for v in by_verdict["skipped"]))
         if agreeing:
             log.info(
-                "tokenizer agreement: %d canaries give the same ids on %d endpoint(s) (%s)",
+                "tokenizer agreement: %d canaries give the same ids on %d endpoint(s) (%s); rendered in %s",
                 len(expected),
                 len(agreeing),
                 ", ".join(f"{v.url} through {v.check}" for v in agreeing),
+                " and ".join(f"{mode} mode" for mode in compared),
             )
         unchecked = by_verdict.get("unchecked", [])
         if unchecked and allow_unchecked:
@@ -304,6 +346,7 @@ def agreement_check(
         used = agreeing + by_verdict.get("skipped", []) + (unchecked if allow_unchecked else [])
         left_out = {} if allow_unchecked else {v.url: v.why for v in unchecked}
         left_out |= {v.url: v.describe(tokenizer, REPLICA_FIX) for v in mismatched}
-        return AgreementResult(left_out, {v.url: v.check for v in sorted(used, key=lambda v: urls.index(v.url))})
+        checks = {v.url: v.check for v in sorted(used, key=lambda v: urls.index(v.url))}
+        return AgreementResult(left_out, checks, compared)
 
     return check

@@ -24,6 +24,9 @@ The formats, as published:
   `ceval`: C-Eval's CSV or Parquet rows `id, question, A, B, C, D[, answer, explanation]` (the subject is the
   file's name: `computer_network_val.csv`, or its folder in the Hugging Face layout); `humaneval`: `task_id`,
   `prompt`, `entry_point`.
+- `aime`: AIME problems as the hub copies publish them: `id, problem, solution, answer, url[, year]`
+  (HuggingFaceH4/aime_2024, AI-MO/aimo-validation-aime), `ID, Problem, Solution, Answer` (Maxwell-Jia/AIME_2024)
+  or `question, answer` (opencompass/AIME2025, which only the set's name or `format: aime` tells apart).
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ from typing import Any
 
 from eagle_datagen.records import CATEGORY_PATTERN
 
-BENCHMARK_FORMAT_NAMES: tuple[str, ...] = ("mt_bench", "speed_bench", "bfcl", "gsm8k", "math500", "ceval", "humaneval")
+BENCHMARK_FORMAT_NAMES: tuple[str, ...] = (
+    "mt_bench", "speed_bench", "bfcl", "gsm8k", "math500", "ceval", "aime", "humaneval"
+)  # fmt: skip
+AIME_TEXT = ("problem", "Problem", "question")  # HuggingFaceH4/aime_2024 and AI-MO; Maxwell-Jia; opencompass
 # The text SPEED-Bench puts in the first turn of a row it does not redistribute (its prepare script's marker).
 SPEED_BENCH_PLACEHOLDER = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH"
 CEVAL_OPTIONS = ("A", "B", "C", "D")
@@ -209,6 +215,13 @@ def _math500(raw: dict[str, Any], origin: str) -> BenchmarkRow:
     return BenchmarkRow(_id(raw.get("unique_id")), category_name(raw.get("subject"), "math"), (_text(raw, "problem"),))
 
 
+def _aime(raw: dict[str, Any], origin: str) -> BenchmarkRow:
+    key = next((k for k in AIME_TEXT if isinstance(raw.get(k), str) and raw[k].strip()), None)
+    if key is None:
+        raise NotInFormat("missing_field", f"an AIME row needs its problem in one of {', '.join(AIME_TEXT)}")
+    return BenchmarkRow(_id(raw.get("id", raw.get("ID"))), "math", (raw[key],))
+
+
 def ceval_subject(origin: str) -> str | None:
     """C-Eval's subject from where a row was read: `val/computer_network_val.csv`, or the Hugging Face layout's
     `computer_network/val-00000-of-00001.parquet`."""
@@ -288,6 +301,13 @@ FORMATS: dict[str, BenchmarkFormat] = {
             _gsm8k,
         ),
         BenchmarkFormat("math500", ("problem",), lambda r: "problem" in r and "unique_id" in r, _math500),
+        BenchmarkFormat(
+            "aime",
+            AIME_TEXT,
+            lambda r: ("problem" in r and "answer" in r and "url" in r and "unique_id" not in r)
+            or ("Problem" in r and "Answer" in r),
+            _aime,
+        ),
         BenchmarkFormat(
             "humaneval", ("prompt",), lambda r: "task_id" in r and "prompt" in r and "entry_point" in r, _humaneval
         ),

@@ -22,7 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from eagle_datagen.errors import ConfigError
+from eagle_datagen import settings
+from eagle_datagen.errors import ConfigError, SourceError
 from eagle_datagen.records import Reject
 from eagle_datagen.sources.benchmark_formats import BENCHMARK_FORMAT_NAMES, FORMATS, NotInFormat, detect_benchmark
 from eagle_datagen.sources.hub_paths import split_query
@@ -81,7 +82,26 @@ class BenchmarkSource(BaseModel):
             raise ConfigError(f"--benchmark {text!r}: {exc.errors()[0]['msg']}") from None
 
 
-def load_benchmark(source: BenchmarkSource, base_dir: Path | None = None) -> list[BenchmarkItem]:
+def missing_file(source: BenchmarkSource, where: str, front_end: str = "cli", from_recipe: bool = True) -> str:
+    """The one line that refuses a run whose benchmark file is not there: which benchmark, where it was looked
+    for, and the two fixes (a run that decontaminates against fewer sets than its recipe names never passes)."""
+    remove = (
+        f"remove {source.name} from the recipe's decontamination.benchmarks"
+        if from_recipe
+        else f"drop {settings.named('benchmarks', front_end)} {source.name}"
+    )
+    return (
+        f"benchmark {source.name} of the decontamination list has no file at {where}: put the file there "
+        f"(docs/prompt-sources.md, \"Benchmark files\"; {settings.named('benchmark_dir', front_end)} names the folder "
+        f"relative paths are read under), or {remove}"
+    )
+
+
+def load_benchmark(
+    source: BenchmarkSource, base_dir: Path | None = None, front_end: str = "cli", from_recipe: bool = True
+) -> list[BenchmarkItem]:
+    """The set's items; ConfigError (one line, before any prompt is read) when its file is not there
+    (`from_recipe`: the recipe names the set, else the command line's --benchmark, as the fix says)."""
     if source.path is None:
         if source.name not in SHIPPED:
             raise ConfigError(
@@ -93,7 +113,15 @@ def load_benchmark(source: BenchmarkSource, base_dir: Path | None = None) -> lis
     from eagle_datagen.sources.resolve import resolve_source
 
     items: list[BenchmarkItem] = []
-    for source_file in resolve_source(source.path, base_dir, source.split, source.config):
+    local = Path(source.path) if base_dir is None or Path(source.path).is_absolute() else base_dir / source.path
+    try:
+        files = resolve_source(source.path, base_dir, source.split, source.config)
+    except SourceError as exc:
+        remote = source.path.startswith(("s3://", "hf://"))
+        why = "" if not remote and not local.exists() else f" ({exc})"  # there, but nothing readable: say why
+        where = source.path if remote else str(local)
+        raise ConfigError(missing_file(source, where, front_end, from_recipe) + why) from None
+    for source_file in files:
         for number, row in enumerate(read_rows(source_file, None), start=1):
             if isinstance(row, Reject) or not isinstance(row.value, dict):
                 continue

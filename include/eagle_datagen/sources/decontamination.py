@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -90,6 +91,13 @@ class BenchmarkIndex:
     @property
     def ngrams(self) -> int:
         return len(self._grams)
+
+    def summary(self) -> dict[str, Any]:
+        """What the run was decontaminated against (its provenance): the n-gram length and each set's item count."""
+        counts: dict[str, int] = {}
+        for item in self.items:
+            counts[item.benchmark] = counts.get(item.benchmark, 0) + 1
+        return {"ngram": self.n, "benchmarks": counts}
 
     def find(
         self, user_texts: Sequence[Sequence[str]], keys: Sequence[tuple[str | None, str | None]] | None = None

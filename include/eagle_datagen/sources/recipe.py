@@ -19,6 +19,11 @@ decontamination:          # optional: drop prompts that overlap benchmark items 
   ngram: 13
   benchmarks: [humaneval, {name: gsm8k, path: data/gsm8k_test.jsonl, field: question}]
 near_duplicates: {threshold: 0.7}   # optional: MinHash near-duplicates (sources/near_duplicates.py)
+airflow:                  # optional, read by the Airflow DAGs only: their names and where they run (docs/airflow.md)
+  name: k25               # in the DAG ids (eagle_datagen__k25__math); default with several recipes: the recipe's name
+  sglang_conn_id: sglang_kimi   # the forms' default; with several recipes: sglang_<name>, else sglang_default
+  output: s3://eagle/k25  # the forms' default; with several recipes: EAGLE_DATAGEN_OUTPUT/<name>
+  pool: sglang_kimi       # the SGLang tasks' pool; with several recipes: sglang_<name>, else sglang
 mixes:                    # optional: named training mixes for `eagle-datagen export --mix NAME` and the release DAG
   phase1: {weights: {chat: 1, math: 2}, modes: [thinking, instant]}
   phase2: {weights: {chat: 0.25, math: 0}, seed: 1}   # export/mix.py: unnamed categories keep weight 1
@@ -189,6 +194,21 @@ class MixSpec(_Strict):
         return value
 
 
+AIRFLOW_NAME = r"^([a-z0-9][a-z0-9_]{0,63})?$"  # "" keeps the DAG ids of a single recipe (eagle_datagen__<category>)
+CONN_ID = r"^[A-Za-z0-9_.-]{1,250}$"  # what Airflow accepts as a connection id
+
+
+class AirflowSpec(_Strict):
+    """Where a recipe's DAGs run when several recipes share one Airflow (the DAGs read these; a run does not).
+    Unset keys are derived from `name` by plugins/eagle_datagen_airflow/recipe_set.py."""
+
+    name: str | None = Field(None, pattern=AIRFLOW_NAME)
+    sglang_conn_id: str | None = Field(None, pattern=CONN_ID)
+    aws_conn_id: str | None = Field(None, pattern=CONN_ID)
+    output: str | None = Field(None, pattern=settings.OUTPUT_PATTERN)
+    pool: str | None = Field(None, min_length=1, max_length=256)
+
+
 class Defaults(_Strict):
     """The recipe's defaults for every category. Their own defaults are eagle_datagen/settings.py's; the sampling
     is left unset, so that what the recipe does not set comes from the model profile, then settings.py
@@ -227,6 +247,7 @@ class Recipe(_Strict):
     decontamination: Decontamination | None = None
     near_duplicates: NearDuplicates | None = None  # off unless given ({} for the defaults)
     mixes: dict[MixName, MixSpec] = Field(default_factory=dict)  # named training mixes (export/mix.py)
+    airflow: AirflowSpec = AirflowSpec()  # the DAGs' names, connections, output root and pool
     categories: dict[str, CategorySpec] = Field(min_length=1)
     base_dir: Path | None = Field(None, exclude=True)
 

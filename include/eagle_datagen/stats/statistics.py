@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import io
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -279,12 +279,14 @@ def compute_statistics(
     quarantine: Iterable[pa.Table],
     profile: ModelProfile,
     counter: TokenCounter | None = None,
+    trained: Callable[[pa.Table], pa.Array] | None = None,
 ) -> dict[str, Any]:
     """Statistics of a run, per category and for the whole run ("all"), as a JSON-serialisable dict.
 
     Counts (samples, valid, quarantined, reject reasons, finish reasons) cover every sample; the length
     distributions and token totals cover the valid samples (the data tables), which is what gets trained.
-    When `counter` is given, the data tables' output ids are counted into it in the same pass.
+    When `counter` is given, the data tables' output ids are counted into it in the same pass: those of the rows
+    `trained` keeps (a boolean mask per table; held-out rows are never trained on: heldout.py), else all.
     """
     think_end, eos = profile.think_end.id, profile.eos.id
     categories, finishes, rejects = _Labels(), _Labels(), _Labels()
@@ -333,7 +335,7 @@ def compute_statistics(
         lengths["reasoning"].append(reasoning)
         lengths["answer"].append(answer)
         if counter is not None:
-            counter.add(table)
+            counter.add(table if trained is None else table.filter(trained(table)))
         count_cache(cat, table)
 
     for table in quarantine:

@@ -62,14 +62,15 @@ CANARIES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = 
 }
 
 
-def render_canaries(tokenizer: Any) -> dict[str, str]:
-    """Each canary rendered as a generation prompt by the tokenizer's own apply_chat_template (a template that
-    refuses one, say a system turn, gives its error instead: that too is what the template does)."""
+def render_canaries(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> dict[str, str]:
+    """Each canary rendered as a generation prompt by the tokenizer's own apply_chat_template, with a mode's
+    template variables (`template_kwargs`: instant's `thinking=False`; none for thinking, the provenance's
+    rendering); a template that refuses one, say a system turn, gives its error instead: that too is what it does."""
     rendered = {}
     for name, (messages, tools) in CANARIES.items():
         try:
             rendered[name] = tokenizer.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=True, tokenize=False
+                messages, tools=tools, add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
             )
         except Exception as exc:  # templates may raise anything
             rendered[name] = f"<error: {type(exc).__name__}: {exc}>"

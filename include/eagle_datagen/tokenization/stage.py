@@ -9,6 +9,7 @@ import json
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,7 @@ class TokenizeOptions:
     # Benchmark sets to decontaminate against, beside the recipe's: "NAME=PATH" or a shipped "NAME".
     benchmarks: list[str] = field(default_factory=list)
     benchmark_ngram: int | None = None  # None: the recipe's, else 13
+    benchmark_dir: str | None = None  # relative benchmark paths are read under it (None: beside the recipe)
     near_duplicate_threshold: float | None = None  # None: the recipe's setting (off unless it has one)
     front_end: str = "cli"  # messages name settings as this front end calls them (settings.named)
 
@@ -155,14 +157,19 @@ def prompt_filters(options: TokenizeOptions, recipe: Recipe | None) -> PromptFil
     """The benchmark index (recipe's sets and --benchmark's, loaded now: a missing file fails before any
     prompt is read) and the near-duplicate settings."""
     decontamination = (recipe.decontamination if recipe else None) or Decontamination()
-    sources = list(decontamination.benchmarks) + [BenchmarkSource.parse(b) for b in options.benchmarks]
+    listed = list(decontamination.benchmarks)
+    sources = listed + [BenchmarkSource.parse(b) for b in options.benchmarks]
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
         raise ConfigError(f"benchmark names must be distinct, got {names}")
     index = None
     if sources:
-        base_dir = recipe.base_dir if recipe else None
-        items = [item for source in sources for item in load_benchmark(source, base_dir)]
+        base_dir = Path(options.benchmark_dir) if options.benchmark_dir else recipe.base_dir if recipe else None
+        items = [
+            item
+            for source in sources
+            for item in load_benchmark(source, base_dir, options.front_end, from_recipe=source in listed)
+        ]
         index = BenchmarkIndex(items, options.benchmark_ngram or decontamination.ngram)
         log.info("benchmark index: %d items of %s, %d distinct %d-grams", len(items), names, index.ngrams, index.n)
     near = recipe.near_duplicates if recipe else None

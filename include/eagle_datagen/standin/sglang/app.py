@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import time
 from typing import Any
@@ -243,6 +244,23 @@ async def sim_reset_stats(request: web.Request) -> web.Response:
     return _json({"reset": True})
 
 
+# SGLang 0.5.23 (srt/utils/auth.py) lets these through without the key; /sim/* are the stand-in's own test controls
+OPEN_PATHS = ("/health", "/ready", "/metrics", "/sim/")
+
+
+@web.middleware
+async def require_api_key(request: web.Request, handler) -> web.StreamResponse:
+    """SGLang's --api-key: 401 `{"error": "Unauthorized"}` without `Authorization: Bearer KEY` (compared in
+    constant time), except on OPEN_PATHS."""
+    key = _state(request).config.api_key
+    if key and not request.path.startswith(OPEN_PATHS):
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            _state(request).stats.polls[f"unauthorized {request.path}"] += 1
+            return _json({"error": "Unauthorized"}, 401)
+    return await handler(request)
+
+
 @web.middleware
 async def not_found_as_json(request: web.Request, handler) -> web.StreamResponse:
     """An unknown path is FastAPI's 404 `{"detail": "Not Found"}`, as on the real server. Requests other than
@@ -257,7 +275,7 @@ async def not_found_as_json(request: web.Request, handler) -> web.StreamResponse
 
 def build_app(state: SimState) -> web.Application:
     # a 262k-token prompt is ~2 MB of JSON; batches more
-    app = web.Application(client_max_size=256 << 20, middlewares=[not_found_as_json])
+    app = web.Application(client_max_size=256 << 20, middlewares=[require_api_key, not_found_as_json])
     app[STATE_KEY] = state
     app.router.add_route("POST", "/generate", handle_generate)
     app.router.add_route("PUT", "/generate", handle_generate)

@@ -88,6 +88,14 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="/health_generate answers 503 for S seconds after every (re)start (default: 0)",
     )
+    net.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="as SGLang's --api-key: every route but /health*, /ready* and /metrics answers 401 without "
+        "'Authorization: Bearer KEY' (a test server's key: the flag shows in ps)",
+    )
+    net.add_argument("--tls-cert", metavar="PEM", help="serve https with this certificate (chain)")
+    net.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert (default: in its file)")
 
     model = parser.add_argument_group("reported model")
     model.add_argument(
@@ -320,6 +328,9 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         loads_fault=args.fault_loads,
         stuck_after=args.stuck_after,
         restart_downtime_s=args.restart_downtime,
+        api_key=args.api_key,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
     )
     if args.profile:
         config = config.with_profile(args.profile)

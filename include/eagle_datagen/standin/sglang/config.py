@@ -116,6 +116,11 @@ class SimConfig:
     # (SGLang asks the scheduler for it) and /health_generate answers 503 after 20 s, /health stays 200
     stuck_after: int | None = None
     restart_downtime_s: float = 1.0
+    # SGLang's --api-key: every route but /health*, /ready*, /metrics* wants `Authorization: Bearer KEY` (app.py)
+    api_key: str | None = field(default=None, repr=False)
+    # https: a PEM certificate (chain) and its key; None: plain http
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.faults, dict):

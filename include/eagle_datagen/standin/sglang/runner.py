@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -46,10 +47,19 @@ class SimServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.config.tls_cert else 'http'}://{self.host}:{self.port}"
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if not self.config.tls_cert:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.config.tls_cert, self.config.tls_key)
+        return context
 
     async def _listen(self) -> None:
-        self._site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        self._site = web.TCPSite(
+            self._runner, self.host, self.port, reuse_address=True, ssl_context=self._ssl_context()
+        )
         await self._site.start()
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
@@ -128,7 +138,7 @@ class SimServerThread:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.config.tls_cert else 'http'}://{self.host}:{self.port}"
 
     def start(self) -> SimServerThread:
         started: Future[SimServer] = Future()

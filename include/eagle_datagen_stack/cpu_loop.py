@@ -285,11 +285,10 @@ def format_table(result: LoopResult) -> str:
     rows.append((f"overall ({reports['on-policy']['overall']['requests']})",
                  *(_cell(reports[d]["overall"]) for d in DRAFTERS)))
     for rival, comparison in result.comparisons.items():  # the paired differences, prompt for prompt
-        diff = comparison["overall"]["accept_length_diff"]
-        low, high = diff["ci95"] if diff.get("ci95") else (None, None)
-        rows.append((f"on-policy - {rival}", *(("" if d != "on-policy" else
-                    f"{diff['mean']:+.2f} [{low:+.2f}, {high:+.2f}] ({comparison['overall']['paired_prompts']} "
-                    "paired)") for d in DRAFTERS)))
+        diff = comparison["overall"]["accept_length_total_diff"]
+        interval = f" [{diff['ci95'][0]:+.2f}, {diff['ci95'][1]:+.2f}]" if diff.get("ci95") else ""
+        cell = f"{diff['value']:+.2f}{interval} ({comparison['overall']['paired_prompts']} paired)"
+        rows.append((f"on-policy - {rival}", *(cell if d == "on-policy" else "" for d in DRAFTERS)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     s = result.settings

@@ -7,9 +7,6 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 
-import numpy as np
-import pytest
-
 from eagle_datagen_stack.drafter_training import aux_layer_ids
 from eagle_datagen_stack.sglang_engine import engine_env, engine_venv
 from engine_support import engine_or_skip
@@ -104,30 +101,26 @@ def _loop_target():
     return module
 
 
-def test_loop_target_has_a_greedy_cycle_of_leads_and_samples_like_the_tiny_model():
-    target, tiny = _loop_target(), _loop_target().tiny
-    table, classes = target.next_token_probabilities(), target.token_classes()
-    assert np.allclose(table.sum(axis=1), 1.0, atol=1e-9)
-    assert table.shape[0] <= tiny.HIDDEN  # a one-hot embedding per class
-    # greedy: <think> -> lead 1 -> lead 2 -> ... -> lead 0 -> lead 1, with no tie at any step
-    token, path = tiny.THINK_START, []
-    for _ in range(2 * target.GROUPS):
-        row = table[classes[token]]
-        best = np.sort(row)[-2:]
-        assert best[1] > 10 * best[0], token
-        token = int(np.argmax(row))
-        path.append(token)
-    assert path == 2 * target.greedy_cycle()
-    assert len({classes[lead] for lead in target.LEADS}) == target.GROUPS  # each lead a class of its own
-    # an answer begun at temperature 1 goes on greedily without a tie too: </think> -> the answer lead -> <|im_end|>
-    answer = table[classes[tiny.THINK_END]]
-    assert int(np.argmax(answer)) == target.ANSWER_LEAD and np.sort(answer)[-2] * 10 < answer.max()
-    assert int(np.argmax(table[classes[target.ANSWER_LEAD]])) == tiny.IM_END
-    # sampled, each reasoning row ends reasoning as the tiny model's does
-    stock = tiny.next_token_probabilities()[tiny.THINKING]
-    for row in table[: 2 * target.GROUPS]:
-        assert row[tiny.THINK_END] == stock[tiny.THINK_END] and row[tiny.IM_END] == stock[tiny.IM_END]
-        assert row[list(tiny.REASONING_IDS)].sum() == pytest.approx(stock[list(tiny.REASONING_IDS)].sum())
+def test_loop_models_are_trained_on_answers_that_depend_on_the_prompt(tmp_path):
+    from transformers import AutoTokenizer
+
+    from eagle_datagen.standin.kimi_tokenizer import standin_tokenizer_dir
+
+    build = _loop_target()
+    tokenizer = AutoTokenizer.from_pretrained(str(standin_tokenizer_dir()), trust_remote_code=True)
+    target, other = build.sequences("target", tokenizer), build.sequences("other", tokenizer)
+    assert len(target) == len(other) == len(build.prompt_records())
+    tiny = build.tiny
+    for (ours, answer), (theirs, their_answer) in zip(target, other, strict=True):
+        prompt = ours[: len(ours) - answer]
+        assert theirs[: len(theirs) - their_answer] == prompt  # the same rendered prompt, another model's answer
+        assert prompt[-1] == tiny.THINK_START and ours[-1] == theirs[-1] == tiny.IM_END
+        assert ours[len(prompt):].count(tiny.THINK_END) == 1 and ours[len(prompt):] != theirs[len(prompt):]
+    answers = {tuple(ids[len(ids) - n:]) for ids, n in target}
+    assert len(answers) == len(target)  # no two prompts answered alike: the answer depends on the prompt
+    config = build.model_config()
+    assert config["vocab_size"] == 163_840 and config["num_hidden_layers"] >= 4  # 3 aux ids valid in both conventions
+    assert config["torch_dtype"] == "float32"
 
 
 def test_aux_layer_ids_are_capturable_in_both_conventions():

@@ -1,8 +1,9 @@
 """Build the CPU loop's target, and the other model whose answers are the loop's off-policy data: two small Llama
 models trained at build time on the demo prompts the project ships (include/data/demo_prompts, all categories).
 
-- **the target** answers a prompt about the prompt: its reasoning restates the last user message (its first
-  ECHO_REASONING ids), then `</think>`, an answer of the message's first ECHO_ANSWER ids and `<|im_end|>`. What
+- **the target** answers a prompt about the prompt: its reasoning restates the last user message's first sentence
+  (at most ECHO_CHARS characters), then `</think>`, the same sentence as its answer, and `<|im_end|>` (a sentence's
+  end is a cue a small model learns fast; a count of ids is not). What
   it writes depends on the prompt, so a drafter measured on held-out prompts must have learned how the target
   answers (restate what it reads), not a chain of ids it saw;
 - **the other model** (the off-policy baseline, as a dataset's original responses are another model's) answers each
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,9 +43,8 @@ PROMPTS = ENGINE.parent / "include" / "data" / "demo_prompts"
 TRAINER = ENGINE / "cpu_loop" / "train_loop_model.py"
 LAYERS = 4
 HIDDEN = 64
-ECHO_REASONING = 40  # ids of the user message the target restates before </think>
-ECHO_ANSWER = 16  # and after it
-STEPS = 200
+ECHO_CHARS = 160  # the longest first sentence restated
+STEPS = 300
 HOMES = {"target": "sglang-loop-trained", "other": "sglang-loop-other"}
 SEEDS = {"target": 0, "other": 1}
 
@@ -60,11 +61,19 @@ def prompt_records() -> list[dict]:
     return records
 
 
+def first_sentence(text: str) -> str:
+    """The text up to its first sentence end (., ?, ! or a line break), at most ECHO_CHARS characters."""
+    match = re.search(r"[.?!](\s|$)|\n", text)
+    end = match.end() if match else len(text)
+    return text[: min(end, ECHO_CHARS)].strip()
+
+
 def sequences(kind: str, tokenizer) -> list[tuple[list[int], int]]:
     """Each demo prompt rendered as a run renders it (chat template, generation prompt) and the model's answer."""
     records = prompt_records()
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-    users = [encode(next(m["content"] for m in reversed(r["messages"]) if m["role"] == "user")) for r in records]
+    users = [encode(first_sentence(next(m["content"] for m in reversed(r["messages"]) if m["role"] == "user")))
+             for r in records]
     order = np.random.default_rng(SEEDS["other"]).permutation(len(records))
     out = []
     for index, record in enumerate(records):
@@ -74,7 +83,7 @@ def sequences(kind: str, tokenizer) -> list[tuple[list[int], int]]:
         said = users[index] if kind == "target" else users[order[index]]
         if kind == "other" and order[index] == index:
             said = users[(index + 1) % len(users)]
-        answer = [*said[:ECHO_REASONING], tiny.THINK_END, *said[:ECHO_ANSWER], tiny.IM_END]
+        answer = [*said, tiny.THINK_END, *said, tiny.IM_END]
         out.append(([*prompt, *answer], len(answer)))
     return out
 

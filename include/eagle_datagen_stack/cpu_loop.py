@@ -307,7 +307,8 @@ def format_table(result: LoopResult) -> str:
 
 def result_json(result: LoopResult) -> dict[str, Any]:
     settings = asdict(result.settings)
-    return {"reports": result.reports, "seconds": result.seconds, "cpu_seconds": result.cpu_seconds,
+    return {"reports": result.reports, "comparisons": result.comparisons, "seconds": result.seconds,
+            "cpu_seconds": result.cpu_seconds,
             "peak_memory_bytes": result.peak_memory_bytes,
             "settings": json.loads(json.dumps(settings, default=str))}
 

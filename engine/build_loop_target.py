@@ -44,7 +44,7 @@ TRAINER = ENGINE / "cpu_loop" / "train_loop_model.py"
 LAYERS = 4
 HIDDEN = 64
 ECHO_CHARS = 160  # the longest first sentence restated
-STEPS = 300
+STEPS = 700
 HOMES = {"target": "sglang-loop-trained", "other": "sglang-loop-other"}
 SEEDS = {"target": 0, "other": 1}
 

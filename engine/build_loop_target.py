@@ -1,36 +1,33 @@
-"""Build the CPU loop's target, and the other model whose answers are the loop's off-policy data: two small Llama
-models trained at build time on the demo prompts the project ships (include/data/demo_prompts, all categories).
+"""Build the target of the CPU loop (data -> drafter -> acceptance): the tiny model's chain, made measurable.
 
-- **the target** answers a prompt about the prompt: its reasoning restates the last user message's first sentence
-  (at most ECHO_CHARS characters), then `</think>`, the same sentence as its answer, and `<|im_end|>` (a sentence's
-  end is a cue a small model learns fast; a count of ids is not). What
-  it writes depends on the prompt, so a drafter measured on held-out prompts must have learned how the target
-  answers (restate what it reads), not a chain of ids it saw;
-- **the other model** (the off-policy baseline, as a dataset's original responses are another model's) answers each
-  prompt with another demo prompt's text (a fixed shuffle): plausible text from the same corpus, in the same
-  reasoning-then-answer shape, that the target did not write.
+The tiny model of the engine tests (build_tiny_model.py) cannot serve the loop as it is, for two reasons:
+- **two layers**. EAGLE-3 feeds the drafter three aux hidden states, and their layer ids have two conventions that
+  differ by one: speculators (and vLLM) number them as transformers' `hidden_states[k]` (k = 0 the embeddings,
+  k = num_layers the last layer's output), SGLang as layer outputs (id L captures `hidden_states[L + 1]`) and
+  cannot capture its last layer's output. Three ids valid in both need at least four layers; this target has four
+  (the layers still add nothing: o_proj and down_proj are zero, as in the tiny model);
+- **a greedy path decided by ties**. SGLang verifies greedily on the CPU whatever the temperature, so acceptance
+  is measured on the target's argmax path; the tiny model's reasoning and answer ids are all equally likely, and
+  its argmax after `</think>` is decided by a float tie (the lowest id), which no drafter can learn. Here the
+  reasoning ids fall into 8 groups of 125, the first id of each being its *lead*: after a reasoning id of group g,
+  or after lead g, lead g + 1 (mod 8) has P = 0.35, and after `</think>` the first answer id (1400) has P = 0.35.
+  The greedy path after `<think>` (group 0) is the cycle of the 8 leads (reasoning never ends under greedy
+  decoding: `</think>` has P = 1/40 < 0.35). Each lead is a class of its own (its own embedding), so a drafter
+  learns the step from one lead to the next only where its data has the leads themselves: the target's own
+  samples do (about a third of their reasoning steps are leads), another model's text almost never (the
+  stand-in's answers to the loop's prompts hold each lead 0-1 times in 5,000 tokens, although a third of their
+  tokens are reasoning ids, which teach the step from a group to its lead).
+Sampled at temperature 1 it is the tiny model's chain: the same P(</think>) and P(<|im_end|>) after each reasoning
+and answer id (so the same lengths, about 59 tokens, and 5.8% of samples without `</think>`).
 
-Both are Llama models (what the CPU SGLang serves) of 4 layers, so three aux-layer ids are valid in speculators'
-and SGLang's conventions (drafter_training.aux_layer_ids), hidden 64, with the vocabulary of 163,840 of the
-stand-in Kimi tokenizer, float32 (a drafter carries its target's dtype). Each is trained with a fixed seed for a
-fixed step budget in the speculators environment (engine/cpu_loop/train_loop_model.py: torch on the CPU, about a
-minute on 2 cores) and cached like the tiny model; rebuilt only when this file, the training script, the demo
-prompts, build_tiny_model.py or the stand-in tokenizer change. No model is exact: the target restates held-out
-prompts imperfectly, and that is what a drafter is measured against.
-
-Usage (the project's .venv): python engine/build_loop_target.py [CACHE] [--other] prints the model directory,
-`<cache>/sglang-loop-trained/Kimi-K2.5` (or `<cache>/sglang-loop-other/Kimi-K2.5`).
+Usage (the project's .venv): python engine/build_loop_target.py [CACHE] prints the model directory,
+`<cache>/sglang-loop-target/Kimi-K2.5`; rebuilt only when this file, build_tiny_model.py or the stand-in changed.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -38,107 +35,81 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build_tiny_model as tiny  # noqa: E402  (beside this file, not a package)
 
-ENGINE = Path(__file__).resolve().parent
-PROMPTS = ENGINE.parent / "include" / "data" / "demo_prompts"
-TRAINER = ENGINE / "cpu_loop" / "train_loop_model.py"
 LAYERS = 4
-HIDDEN = 64
-ECHO_CHARS = 160  # the longest first sentence restated
-STEPS = 700
-HOMES = {"target": "sglang-loop-trained", "other": "sglang-loop-other"}
-SEEDS = {"target": 0, "other": 1}
+GROUPS = 8  # reasoning ids 300-1299 in groups of 125; group g's first id is its lead
+GROUP_SIZE = len(tiny.REASONING_IDS) // GROUPS
+LEADS = tuple(tiny.REASONING_IDS.start + g * GROUP_SIZE for g in range(GROUPS))  # 300, 425, ..., 1175
+P_LEAD = 0.35  # after a reasoning id of group g, or lead g: lead g + 1; after </think>: the first answer id
+ANSWER_LEAD = tiny.ANSWER_IDS.start
+HOME = "sglang-loop-target"
+# Classes: GROUP_0..GROUP_7 (the other reasoning ids; <think> is in group 0), LEAD_0..LEAD_7, then ANSWER_START,
+# ANSWERING, OTHER.
+ANSWER_START, ANSWERING, OTHER = 2 * GROUPS, 2 * GROUPS + 1, 2 * GROUPS + 2
 
 
-def model_config() -> dict:
-    return tiny.model_config(LAYERS) | {"hidden_size": HIDDEN, "intermediate_size": 4 * HIDDEN,
-                                        "head_dim": HIDDEN // tiny.HEADS}
+def group_class(group: int) -> int:
+    return group
 
 
-def prompt_records() -> list[dict]:
-    records = []
-    for path in sorted(PROMPTS.glob("*.jsonl")):
-        records += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return records
+def lead_class(group: int) -> int:
+    return GROUPS + group
 
 
-def first_sentence(text: str) -> str:
-    """The text up to its first sentence end (., ?, ! or a line break), at most ECHO_CHARS characters."""
-    match = re.search(r"[.?!](\s|$)|\n", text)
-    end = match.end() if match else len(text)
-    return text[: min(end, ECHO_CHARS)].strip()
+def greedy_cycle() -> list[int]:
+    """The target's argmax path through reasoning after <think>: lead 1, lead 2, ..., lead 7, lead 0, lead 1, ..."""
+    return [LEADS[(g + 1) % GROUPS] for g in range(GROUPS)]
 
 
-def sequences(kind: str, tokenizer) -> list[tuple[list[int], int]]:
-    """Each demo prompt rendered as a run renders it (chat template, generation prompt) and the model's answer."""
-    records = prompt_records()
-    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-    users = [encode(first_sentence(next(m["content"] for m in reversed(r["messages"]) if m["role"] == "user")))
-             for r in records]
-    order = np.random.default_rng(SEEDS["other"]).permutation(len(records))
-    out = []
-    for index, record in enumerate(records):
-        text = tokenizer.apply_chat_template(record["messages"], tools=record.get("tools"),
-                                             add_generation_prompt=True, tokenize=False)
-        prompt = encode(text)
-        said = users[index] if kind == "target" else users[order[index]]
-        if kind == "other" and order[index] == index:
-            said = users[(index + 1) % len(users)]
-        answer = [*said, tiny.THINK_END, *said, tiny.IM_END]
-        out.append(([*prompt, *answer], len(answer)))
-    return out
+def token_classes() -> np.ndarray:
+    classes = np.full(tiny.VOCAB_SIZE, OTHER, dtype=np.int64)
+    reasoning = np.arange(tiny.REASONING_IDS.start, tiny.REASONING_IDS.stop)
+    classes[reasoning] = group_class((reasoning - tiny.REASONING_IDS.start) // GROUP_SIZE)
+    classes[tiny.THINK_START] = group_class(0)
+    for group, lead in enumerate(LEADS):
+        classes[lead] = lead_class(group)
+    classes[list(tiny.ANSWER_IDS)] = ANSWERING
+    classes[tiny.THINK_END] = ANSWER_START
+    return classes
 
 
-def write_corpus(kind: str, standin_dir: Path, path: Path) -> None:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(standin_dir), trust_remote_code=True)
-    rows, answers = zip(*sequences(kind, tokenizer), strict=True)
-    vocab = np.array(sorted({t for row in rows for t in row}), dtype=np.int64)
-    compact = {int(t): i for i, t in enumerate(vocab)}
-    tokens = np.array([compact[t] for row in rows for t in row], dtype=np.int64)
-    starts = np.cumsum([0, *map(len, rows)])
-    np.savez(path, tokens=tokens, starts=starts, vocab=vocab, answer_lengths=np.array(answers),
-             config=json.dumps(model_config()))
+def _with_lead(row: np.ndarray, lead: int, among: range = tiny.REASONING_IDS) -> np.ndarray:
+    """A tiny model's row with P_LEAD moved from the ids `among` to `lead`."""
+    ids = list(among)
+    row = row.copy()
+    row[ids] *= 1 - P_LEAD / row[ids].sum()
+    row[lead] += P_LEAD
+    return row
 
 
-def builder(kind: str):
-    def build(target: Path, standin_dir: Path) -> None:
-        sys.path.insert(0, str(ENGINE.parent / "include"))
-        from eagle_datagen_stack.drafter_training import speculators_python
-
-        with tempfile.TemporaryDirectory() as scratch:
-            corpus = Path(scratch) / "corpus.npz"
-            write_corpus(kind, standin_dir, corpus)
-            env = dict(os.environ, PYTHONPATH="", HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-            env.pop("VIRTUAL_ENV", None)
-            done = subprocess.run([str(speculators_python()), str(TRAINER), str(corpus), str(target),
-                                   "--seed", str(SEEDS[kind]), "--steps", str(STEPS)],
-                                  env=env, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise SystemExit(f"build_loop_target: training the {kind} model failed:\n{done.stderr[-3000:]}")
-            print(done.stdout, end="", file=sys.stderr)
-        generation = {"bos_token_id": tiny.BOS, "eos_token_id": tiny.IM_END, "do_sample": True, "temperature": 1.0,
-                      "top_p": 0.95}
-        (target / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")
-        for item in standin_dir.iterdir():  # the stand-in tokenizer's files, as the tiny model carries them
-            if item.is_file() and item.name != "config.json":
-                shutil.copy2(item, target / item.name)
-        (target / "TINY_MODEL.md").write_text(
-            f"The CPU loop's {kind} model: a 4-layer Llama trained on eagle-datagen's demo prompts by "
-            "engine/build_loop_target.py. See docs/evaluation-cpu-loop.md.\n", encoding="utf-8")
-
-    return build
+def next_token_probabilities() -> np.ndarray:
+    """P(next id | class): the tiny model's rows, each reasoning row giving P_LEAD to the next group's lead."""
+    stock = tiny.next_token_probabilities()
+    table = np.empty((OTHER + 1, tiny.VOCAB_SIZE), dtype=np.float64)
+    for group in range(GROUPS):
+        row = _with_lead(stock[tiny.THINKING], LEADS[(group + 1) % GROUPS])
+        table[group_class(group)] = table[lead_class(group)] = row
+    table[ANSWER_START] = _with_lead(stock[tiny.ANSWER_START], ANSWER_LEAD, tiny.ANSWER_IDS)
+    table[ANSWERING] = stock[tiny.ANSWERING]
+    table[OTHER] = table[group_class(0)]  # a prompt that does not end in <think> still starts reasoning
+    return table
 
 
-def ensure_model(cache_root: Path, kind: str = "target") -> Path:
-    sources = (Path(__file__), TRAINER, *sorted(PROMPTS.glob("*.jsonl")))
-    return tiny.ensure_model(cache_root, HOMES[kind], builder(kind), sources=sources)
+def build(target: Path, standin_dir: Path) -> None:
+    tiny.build(
+        target, standin_dir, layers=LAYERS, table=next_token_probabilities(), classes=token_classes(),
+        description="The CPU loop's target: eagle-datagen's tiny model chain with 4 layers and a greedy path "
+        "(a cycle of 8 lead tokens), built by engine/build_loop_target.py. "
+        "See docs/internals/evaluation-cpu-loop.md.\n",
+    )
+
+
+def ensure_model(cache_root: Path) -> Path:
+    return tiny.ensure_model(cache_root, HOME, build, sources=(Path(__file__),))
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if a != "--other"]
-    root = Path(args[0] if args else os.environ.get("EAGLE_DATAGEN_CACHE", ".cache"))
-    print(ensure_model(root.resolve(), "other" if "--other" in sys.argv else "target"))
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("EAGLE_DATAGEN_CACHE", ".cache"))
+    print(ensure_model(root.resolve()))
 
 
 if __name__ == "__main__":

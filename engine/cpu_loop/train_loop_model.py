@@ -1,4 +1,4 @@
-"""Train one of the CPU loop's small Llama models (engine/build_loop_target.py) and save it with the full vocabulary.
+"""Train one of the CPU loop's small Llama models (engine/build_loop_models.py) and save it with the full vocabulary.
 
 The corpus (CORPUS.npz, written by the builder) holds token sequences already mapped to a compact vocabulary: the
 ids that occur in it, then one OTHER slot that stands for every other id of the 163,840. Training over the compact

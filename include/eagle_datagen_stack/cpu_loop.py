@@ -7,10 +7,9 @@ without a GPU:
 1. the prompts: the shipped demo prompts of four categories, all of them, with the product's frozen held-out split
    (`--heldout-fraction`, heldout.py: a stable hash of each prompt sets about 4 in 10 aside, the same in every run);
 2. on-policy data: `eagle-datagen run` of the prompts against the real SGLang serving the loop's target
-   (engine/build_loop_target.py: a small Llama trained on the demo prompts, whose answers restate the prompt);
-   off-policy data: the same run against the real SGLang serving another small model trained on the same corpus
-   (its answers are other prompts' text: plausible text the target did not write); both under one output root,
-   so both hold out the same prompts;
+   (engine/build_loop_target.py); off-policy data: the same run against the stand-in `serve-sim`, whose answers
+   the target did not write, or (`--other DIR`) against the real SGLang serving another model; both under one
+   output root, so both hold out the same prompts;
 3. `eagle-datagen export --format speculators` of each run (which never exports a held-out row); the target's
    hidden states for the exported rows,
    computed in process with transformers; `speculators train` (0.9.0) on the CPU with one step budget and one
@@ -35,10 +34,12 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from eagle_datagen.standin.sglang.config import SimConfig
+from eagle_datagen.standin.sglang.runner import SimServerThread
 from eagle_datagen_stack import drafter_training as side
 from eagle_datagen_stack.acceptance import EvalRequest, evaluate_drafter
 from eagle_datagen_stack.process_tree import TreeUsage
@@ -60,7 +61,7 @@ DRAFTERS = ("random", "off-policy", "on-policy")
 class LoopSettings:
     work: Path
     target: Path | None = None  # default: the loop target, built into the cache by engine/build_loop_target.py
-    other: Path | None = None  # the model whose answers are the off-policy data; default: the loop's other model
+    other: Path | None = None  # a model whose answers are the off-policy data (real SGLang); default: serve-sim
     tokenizer: str = "standin:kimi-k2.5"
     trust_remote_code: bool = True
     prompts: Path = DEMO_PROMPTS  # a folder of <category>.jsonl prompt records
@@ -68,9 +69,7 @@ class LoopSettings:
     heldout_fraction: float = 0.4  # the product's split: 26 of the 71 demo prompts, 6 to 8 per category
     samples_per_prompt: int = 1
     max_new_tokens: int = 160  # generation
-    # Below the profile's 1.0: the loop's small trained models, sampled at 1.0, too often leave out or repeat
-    # </think>, and the run (rightly) quarantines such samples. Acceptance is measured greedily either way.
-    temperature: float = 0.7
+    temperature: float = 1.0  # the profile's; acceptance is measured greedily on the CPU whatever it is
     draft_vocab_size: int = 256  # at most the distinct ids of the on-policy answers (the run refuses more)
     aux_layers: tuple[int, ...] | None = None  # speculators' ids; default: drafter_training.aux_layer_ids
     train: side.TrainSettings = field(default_factory=side.TrainSettings)
@@ -170,6 +169,19 @@ class LoopRun:
                  "--format", "speculators", "--to", str(to), "--shuffle-seed", "0")
         return to
 
+    def off_policy_run(self, prompts: Path, other: Path | None) -> None:
+        """Another model's answers to the same prompts: `other` served by the real SGLang, else the stand-in's."""
+        if other is not None:
+            server = BackgroundServer(self.server(other, "sglang-other"))
+            try:
+                self.generate(server.url(), prompts, "offpolicy")
+            finally:
+                server.stop()
+            return
+        config = replace(SimConfig().with_profile("fast"), output_tokens_min=20, output_tokens_max=100)
+        with SimServerThread(config) as sim:
+            self.generate(sim.url, prompts, "offpolicy")
+
     def server(self, target: Path, name: str, drafter: Path | None = None) -> SGLangServer:
         # An idle SGLang scheduler otherwise spins on a core (measured: 70%), slowing whatever trains beside it.
         options = ServerOptions(drafter=Drafter(drafter) if drafter else None, extra_args=("--sleep-on-idle",))
@@ -178,22 +190,18 @@ class LoopRun:
     def run(self) -> LoopResult:
         s = self.settings
         with self.usage as usage:
-            with self.step("prepare: target, other model, prompts"):
+            with self.step("prepare: target, prompts"):
                 target = s.target or build_loop_target()
-                other = s.other or build_loop_target("--other")
                 layers = json.loads((target / "config.json").read_text())["num_hidden_layers"]
                 aux = list(s.aux_layers or side.aux_layer_ids(layers))
                 prompts = prompt_set(s)
-            with self.step("generate: on-policy (the target) and off-policy (the other model), real SGLang"):
-                plain = BackgroundServer(self.server(target, "sglang-target"))
-                another = BackgroundServer(self.server(other, "sglang-other"))
+            with self.step("generate: on-policy (real SGLang) and off-policy"):
+                plain = BackgroundServer(self.server(target, "sglang-target"))  # starts while the other answers
                 try:
+                    self.off_policy_run(prompts, s.other)
                     self.generate(plain.url(), prompts, "onpolicy")
-                    plain.stop()
-                    self.generate(another.url(), prompts, "offpolicy")
                 finally:
                     plain.stop()
-                    another.stop()
             with self.step("export and target hidden states"):
                 on_data, off_data = self.export("onpolicy"), self.export("offpolicy")
                 side.target_hidden_states(target, [on_data, off_data], aux, self.logs / "hidden-states.log")
@@ -246,7 +254,7 @@ class LoopRun:
 
 
 def build_loop_target(*flags: str) -> Path:
-    """The loop's target (or, with --other, its other model), trained into the cache on first use (about a minute)."""
+    """The loop's target, built into the cache on first use."""
     done = subprocess.run([sys.executable, str(PROJECT / "engine" / "build_loop_target.py"), str(cache_root()),
                            *flags], capture_output=True, text=True)
     if done.returncode != 0:
@@ -319,8 +327,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target", type=Path, default=None, help="a target model folder (default: the loop target)")
     parser.add_argument("--tokenizer", default="standin:kimi-k2.5", help="the target's tokenizer")
     parser.add_argument("--no-trust-remote-code", action="store_true", help="load the tokenizer without remote code")
-    parser.add_argument("--other", type=Path, default=None, help="the model whose answers are the off-policy data "
-                        "(default: the loop's other model)")
+    parser.add_argument("--other", type=Path, default=None, help="a model whose answers, served by the real SGLang, "
+                        "are the off-policy data (default: the stand-in serve-sim's answers)")
     parser.add_argument("--train-steps", type=int, default=side.TrainSettings.steps)
     parser.add_argument("--draft-vocab-size", type=int, default=LoopSettings.draft_vocab_size,
                         help="the drafters' vocabulary: at most the distinct ids of the target's answers")

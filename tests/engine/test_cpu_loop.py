@@ -1,11 +1,10 @@
 """The loop closed on the CPU (issues 30, 36): the project's on-policy data trains an EAGLE-3 drafter that the real
 SGLang target accepts at least as well as one trained, with the same step budget, on another model's answers to the
-same prompts, and better than an untrained one. The target is a small Llama trained on the demo prompts, so what
-it writes depends on the prompt and the held-out prompts measure what a drafter learned; the off-policy data is
-another trained model's plausible text. eagle_datagen_stack.cpu_loop runs the whole chain with the product's own
-parts (generate with the frozen held-out split, export, hidden states, `speculators train`, `eagle-datagen
-convert-drafter`, serve with EAGLE3, the paired A/B of `eagle-datagen evaluate --compare-url` on the on-policy run's
-held-out prompts); docs/evaluation-cpu-loop.md has the table and what it costs."""
+same prompts, and better than an untrained one. eagle_datagen_stack.cpu_loop runs the whole chain with the
+product's own parts (generate with the frozen held-out split, export, hidden states, `speculators train`,
+`eagle-datagen convert-drafter`, serve with EAGLE3, the paired A/B of `eagle-datagen evaluate --compare-url` on the
+on-policy run's held-out prompts, two drafters served side by side); docs/evaluation-cpu-loop.md has the table and
+what it costs."""
 
 from __future__ import annotations
 

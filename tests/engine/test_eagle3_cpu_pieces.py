@@ -7,6 +7,9 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 
+import numpy as np
+import pytest
+
 from eagle_datagen_stack.drafter_training import aux_layer_ids
 from eagle_datagen_stack.sglang_engine import engine_env, engine_venv
 from engine_support import engine_or_skip
@@ -94,11 +97,41 @@ except NotImplementedError as exc:
     assert plain.stdout.strip() == "False"  # a plain server's processes are left alone
 
 
-def _loop_target():
-    spec = importlib.util.spec_from_file_location("build_loop_target", REPO / "engine" / "build_loop_target.py")
+def _engine_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "engine" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _loop_target():
+    return _engine_module("build_loop_target")
+
+
+def test_loop_target_has_a_greedy_cycle_of_leads_and_samples_like_the_tiny_model():
+    target, tiny = _loop_target(), _loop_target().tiny
+    table, classes = target.next_token_probabilities(), target.token_classes()
+    assert np.allclose(table.sum(axis=1), 1.0, atol=1e-9)
+    assert table.shape[0] <= tiny.HIDDEN  # a one-hot embedding per class
+    # greedy: <think> -> lead 1 -> lead 2 -> ... -> lead 0 -> lead 1, with no tie at any step
+    token, path = tiny.THINK_START, []
+    for _ in range(2 * target.GROUPS):
+        row = table[classes[token]]
+        best = np.sort(row)[-2:]
+        assert best[1] > 10 * best[0], token
+        token = int(np.argmax(row))
+        path.append(token)
+    assert path == 2 * target.greedy_cycle()
+    assert len({classes[lead] for lead in target.LEADS}) == target.GROUPS  # each lead a class of its own
+    # an answer begun at temperature 1 goes on greedily without a tie too: </think> -> the answer lead -> <|im_end|>
+    answer = table[classes[tiny.THINK_END]]
+    assert int(np.argmax(answer)) == target.ANSWER_LEAD and np.sort(answer)[-2] * 10 < answer.max()
+    assert int(np.argmax(table[classes[target.ANSWER_LEAD]])) == tiny.IM_END
+    # sampled, each reasoning row ends reasoning as the tiny model's does
+    stock = tiny.next_token_probabilities()[tiny.THINKING]
+    for row in table[: 2 * target.GROUPS]:
+        assert row[tiny.THINK_END] == stock[tiny.THINK_END] and row[tiny.IM_END] == stock[tiny.IM_END]
+        assert row[list(tiny.REASONING_IDS)].sum() == pytest.approx(stock[list(tiny.REASONING_IDS)].sum())
 
 
 def test_loop_models_are_trained_on_answers_that_depend_on_the_prompt(tmp_path):
@@ -106,7 +139,7 @@ def test_loop_models_are_trained_on_answers_that_depend_on_the_prompt(tmp_path):
 
     from eagle_datagen.standin.kimi_tokenizer import standin_tokenizer_dir
 
-    build = _loop_target()
+    build = _engine_module("build_loop_models")
     tokenizer = AutoTokenizer.from_pretrained(str(standin_tokenizer_dir()), trust_remote_code=True)
     target, other = build.sequences("target", tokenizer), build.sequences("other", tokenizer)
     assert len(target) == len(other) == len(build.prompt_records())

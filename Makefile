@@ -1,4 +1,4 @@
-# eagle-datagen: `make demo` runs the main job on the embedded default, `make test` runs the test suite.
+# eagle-datagen: `make demo` runs the main job on this machine with stand-ins, `make test` runs the test suite.
 # Both set up .venv themselves; the venv is reused while the requirement files are unchanged.
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +8,7 @@ REQ_HASH := $(shell cat $(REQ_FILES) | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 export EAGLE_DATAGEN_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
-# The real SGLang engine's own environment (SGLang pins its own transformers) and its tiny model; docs/real-engine.md.
+# The real SGLang engine's own environment (SGLang pins its own transformers) and its tiny model; docs/internals/real-engine.md.
 SGLANG_VENV := .venv-sglang
 SGLANG_PINS := engine/requirements.txt engine/requirements-nodeps.txt engine/constraints.txt engine/patch_torchvision.py
 SGLANG_HASH := $(shell cat $(SGLANG_PINS) | sha256sum | cut -c1-16)
@@ -46,7 +46,7 @@ sglang-serve: sglang  ## one real SGLang server (tiny model) on 127.0.0.1:$(PORT
 
 # A side environment with speculators 0.9.0 on torch 2.13.0 (pip gets a CPU build here; elsewhere torch==2.13.0
 # may mean a CUDA build of several GB) for tests/export/test_speculators_e2e.py, which skips without it.
-# `make test` builds it (about 3 minutes once, 1.5 GB); it is reused while its pins are unchanged.
+# `make test` builds it (1-3 minutes once, 1.5 GB); it is reused while its pins are unchanged.
 SPECULATORS_VENV := .venv-speculators
 SPECULATORS_PINS := tests/export/speculators-env.txt
 SPECULATORS_STAMP := $(SPECULATORS_VENV)/.installed-$(shell cat $(SPECULATORS_PINS) | sha256sum | cut -c1-16)
@@ -64,7 +64,7 @@ $(SPECULATORS_STAMP): $(SPECULATORS_PINS)
 # A side environment with SpecForge 0.2.0 (--no-deps) on torch 2.13.0 (a CPU build here) for
 # tests/export/test_specforge_reader.py, which skips without it: SpecForge's own reader of pre-tokenized prompts reads
 # our export. SpecForge's pins (torch 2.11.0, sglang 0.5.14) are left out: the reader imports none of them, and
-# SpecForge trains only with CUDA and its own SGLang (docs/training.md). About 1.5 minutes once, 0.9 GB.
+# SpecForge trains only with CUDA and its own SGLang (docs/internals/training.md). About 1.5 minutes once, 0.9 GB.
 SPECFORGE_VENV := .venv-specforge
 SPECFORGE_PINS := tests/export/specforge-env.txt
 SPECFORGE_STAMP := $(SPECFORGE_VENV)/.installed-$(shell cat $(SPECFORGE_PINS) | sha256sum | cut -c1-16)
@@ -80,8 +80,8 @@ $(SPECFORGE_STAMP): $(SPECFORGE_PINS)
 	@touch $@
 
 # The loop closed on the CPU: on-policy data -> EAGLE-3 drafter -> accept length in the real SGLang, paired A/Bs against
-# an off-policy and a random drafter; prints the table (docs/evaluation-cpu-loop.md). Its target and the off-policy
-# model are trained into .cache on first use (about a minute). About 6-9 minutes on 2 cores.
+# an off-policy and a random drafter; prints the table (docs/internals/evaluation-cpu-loop.md has the measured table).
+# About 3-5 minutes on 2 cores.
 eval-loop: sglang speculators-env  ## train drafters on on-policy and off-policy data on the CPU, print accept lengths
 	$(BIN)/python -m eagle_datagen_stack.cpu_loop --work .eval-loop
 
@@ -109,13 +109,13 @@ test-fast: venv  ## skip the slow integration tests
 
 # `make demo ENGINE=sglang`: the same demo on two real SGLang CPU servers (tiny model) behind the real smg router.
 ENGINE ?= sim
-demo: venv $(if $(filter sglang,$(ENGINE)),sglang)  ## the main job through Airflow on the embedded default: SeaweedFS, stand-in SGLang (ENGINE=sglang: the real one), Airflow on SQLite
+demo: venv $(if $(filter sglang,$(ENGINE)),sglang)  ## the main job through Airflow on this machine: SeaweedFS, stand-in SGLang (ENGINE=sglang: the real one), Airflow on SQLite
 	$(BIN)/python -m eagle_datagen_stack.demo --home .demo --engine $(ENGINE)
 
 demo-cli: venv  ## the same job without Airflow (the `eagle-datagen run` path), in seconds
 	$(BIN)/python -m eagle_datagen.demo --output .demo-cli
 
-demo-multiturn: venv  ## multi-turn and agentic conversations on-policy, without Airflow (docs/multi-turn.md)
+demo-multiturn: venv  ## multi-turn and agentic conversations on-policy, without Airflow (docs/internals/multi-turn.md)
 	$(BIN)/python -m eagle_datagen.demo --multi-turn --output .demo-multiturn
 
 PORT ?= 8080
@@ -125,7 +125,7 @@ airflow: venv  ## the demo's stack with Airflow's UI on 127.0.0.1:$(PORT), until
 lint: venv
 	$(BIN)/ruff check include tests bench dags plugins engine
 
-bench: venv  ## tokenization benchmark; writes its table to stdout (copy it into docs/benchmarks.md)
+bench: venv  ## tokenization benchmark; writes its table to stdout (copy it into docs/internals/benchmarks.md)
 	$(BIN)/python bench/bench_tokenize.py
 
 constraints: venv  ## re-pin the full dependency tree after changing requirements*.txt

@@ -1,4 +1,4 @@
-"""Cluster sizing benchmark (docs/scaling.md): Airflow's cost per shard task, and a large run simulated.
+"""Cluster sizing benchmark (docs/internals/scaling.md): Airflow's cost per shard task, and a large run simulated.
 
 (a) Per-task overhead. The local stack (`eagle_datagen_stack`) with one stand-in SGLang replica at the
     `instant` profile (no modelled latency), so a shard's own work is a few milliseconds and what is

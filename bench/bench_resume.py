@@ -11,7 +11,7 @@ folder and on a real S3 server (SeaweedFS `weed mini` on 127.0.0.1). Then, side 
 Both must find the same sample ids and outcomes.
 
 Run: `EAGLE_DATAGEN_CACHE=.cache .venv/bin/python bench/bench_resume.py [--tokens 10M,100M] [--stores local,s3]
-[--repeats 3]`; writes a Markdown table to stdout (copy it into docs/benchmarks.md).
+[--repeats 3]`; writes a Markdown table to stdout (copy it into docs/internals/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A run behind the real smg router (docs/benchmarks.md, "Behind a router"): two serve-sim workers of --slots slots
+"""A run behind the real smg router (docs/internals/benchmarks.md, "Behind a router"): two serve-sim workers of
+--slots slots
 each (about a second a request), one `eagle-datagen run` (in process) through `smg launch --policy P`. Per case it
 reports the most requests the workers held at once (running + queued, from their /sim/stats every 50 ms), how the
 router split the requests between them, and samples/s. Cases: the window sized for the whole fleet (found from

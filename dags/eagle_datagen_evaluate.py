@@ -11,7 +11,7 @@ Several recipes side by side: one evaluate DAG each, `eagle_datagen_evaluate__<r
 prompts: the held-out prompts of the output root's published runs, which no export holds; `measure` (mapped, one
 task per category, in the recipe's pool) sends a category's requests to every deployment; `finish` computes accept
 length and accept rate per category with 95% intervals and writes `evaluations/eval=<id>.json`, the per-request
-records and the report, which this DAG run's Report tab shows. docs/evaluation.md.
+records and the report, which this DAG run's Report tab shows. docs/internals/evaluation.md.
 """
 
 from __future__ import annotations

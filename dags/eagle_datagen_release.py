@@ -9,7 +9,7 @@ It writes `releases/release=<id>.draft_vocab.safetensors` and then `releases/rel
 updates the recipe's release asset, which a training DAG can be scheduled on. With `export_formats`,
 `export_release` then writes the release in those trainers' formats under `exports/release=<id>/<format>/`, and
 each training mix of `export_mixes` (the recipe's `mixes:`) under `exports/release=<id>/mix=<name>/<format>/`
-(docs/training.md). Several recipes side by side: one release DAG each, `eagle_datagen_release__<recipe>`.
+(docs/internals/training.md). Several recipes side by side: one release DAG each, `eagle_datagen_release__<recipe>`.
 """
 
 from __future__ import annotations

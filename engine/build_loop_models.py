@@ -2,7 +2,7 @@
 all categories): a prompt-dependent target for the CPU loop, and another model whose answers would be its off-policy
 data. NOT YET THE LOOP'S DEFAULT (`--target`/`--other` of eagle_datagen_stack.cpu_loop take them): served by the
 real SGLang 0.5.23 on the CPU, the target wrote text unlike what transformers generates from the same weights (see
-docs/evaluation-cpu-loop.md); that difference is not understood yet.
+docs/internals/evaluation-cpu-loop.md); that difference is not understood yet.
 
 - **the target** answers a prompt about the prompt: its reasoning restates the last user message's first sentence
   (at most ECHO_CHARS characters), then `</think>`, the same sentence as its answer, and `<|im_end|>` (a sentence's
@@ -128,7 +128,7 @@ def builder(kind: str):
                 shutil.copy2(item, target / item.name)
         (target / "TINY_MODEL.md").write_text(
             f"The CPU loop's {kind} model: a 4-layer Llama trained on eagle-datagen's demo prompts by "
-            "engine/build_loop_models.py. See docs/evaluation-cpu-loop.md.\n", encoding="utf-8")
+            "engine/build_loop_models.py. See docs/internals/evaluation-cpu-loop.md.\n", encoding="utf-8")
 
     return build
 

@@ -1,6 +1,7 @@
 """Build the tiny "reasoning" model the real SGLang engine serves in tests: a Llama config and safetensors weights.
 
-The model is a bigram chain over three token classes, made by weights rather than training (docs/real-engine.md):
+The model is a bigram chain over three token classes, made by weights rather than training
+(docs/internals/real-engine.md):
 
 - every attention `o_proj` and MLP `down_proj` is zero, so each layer adds nothing to the residual stream and
   the final norm sees the current token's embedding alone: the next-token distribution depends only on the
@@ -188,7 +189,7 @@ def build(target: Path, standin_dir: Path, *, layers: int = LAYERS, table: np.nd
         description
         or "A 2-layer Llama with made-up weights (a bigram chain <think> -> reasoning -> </think> -> answer -> "
         "<|im_end|>), built by eagle-datagen's engine/build_tiny_model.py for tests of the real SGLang engine. "
-        "See docs/real-engine.md.\n",
+        "See docs/internals/real-engine.md.\n",
         encoding="utf-8",
     )
 

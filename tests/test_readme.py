@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO
 
 README = REPO / "README.md"
-DOCS = sorted((REPO / "docs").glob("*.md"))
+DOCS = sorted((REPO / "docs").glob("**/*.md"))  # the user pages and docs/internals/
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
 INLINE = re.compile(r"`([^`]+)`")
 COMMAND = re.compile(r"eagle-datagen\s+([a-z][a-z-]*)(.*)")
@@ -79,7 +79,7 @@ def makefile_targets() -> set[str]:
 PAGES = [(README, True), *((page, True) for page in DOCS)]
 
 
-@pytest.mark.parametrize(("page", "inline"), PAGES, ids=[p.name for p, _ in PAGES])
+@pytest.mark.parametrize(("page", "inline"), PAGES, ids=[p.relative_to(REPO).as_posix() for p, _ in PAGES])
 def test_every_eagle_datagen_flag_shown_exists(page, inline):
     problems = []
     for command, flags in shown(page, inline):
@@ -92,7 +92,7 @@ def test_every_eagle_datagen_flag_shown_exists(page, inline):
     assert not problems, f"{page.name} shows flags that --help does not know: {problems}"
 
 
-@pytest.mark.parametrize("page", [README, *DOCS], ids=[p.name for p in [README, *DOCS]])
+@pytest.mark.parametrize("page", [README, *DOCS], ids=[p.relative_to(REPO).as_posix() for p in [README, *DOCS]])
 def test_every_make_target_shown_exists(page):
     targets = makefile_targets()
     text = page.read_text()
@@ -107,9 +107,16 @@ def test_the_readme_shows_the_two_commands_and_stays_short():
     assert {"run", "export", "serve-sim"} <= {command for command, _ in shown(README, True)}
 
 
-def test_every_docs_page_is_linked_from_the_readme():
-    text = README.read_text()
-    assert not [p.name for p in DOCS if f"(docs/{p.name})" not in text]
+def test_every_docs_page_is_reached_from_the_readme():
+    """Following links from the README (through the runbooks and the internals index) reaches every page."""
+    seen, todo = set(), [README.resolve()]
+    while todo:
+        page = todo.pop()
+        if page in seen or not page.exists():
+            continue
+        seen.add(page)
+        todo += [(page.parent / t).resolve() for t in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text())]
+    assert not [p.relative_to(REPO).as_posix() for p in DOCS if p.resolve() not in seen]
 
 
 def test_links_between_docs_pages_resolve():

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make demo-cli", description=__doc__)
     parser.add_argument("--output", default=".demo", help="output folder, emptied first (default: .demo)")
     parser.add_argument(
-        "--multi-turn", action="store_true", help="the multi-turn and agentic recipe (docs/multi-turn.md)"
+        "--multi-turn", action="store_true", help="the multi-turn and agentic recipe (docs/internals/multi-turn.md)"
     )
     args = parser.parse_args(argv)
     recipe = MULTI_TURN_RECIPE if args.multi_turn else DEMO_RECIPE

@@ -83,7 +83,7 @@ class ModelProfile:
         if name == INSTANT:
             return (
                 f"profile {self.name} declares no instant mode ({self.model} cannot be told not to reason): use mode "
-                "thinking, or a profile whose YAML declares instant (docs/generation.md, \"Modes\")"
+                "thinking, or a profile whose YAML declares instant (docs/internals/generation.md, \"Modes\")"
             )
         return f"unknown mode {name!r}: a sample is generated in one of {list(self.modes)}"
 

@@ -207,7 +207,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             SOURCES,
             help=(
                 "format of every --prompts source: {choices} (default: detected per record; a recipe names format: "
-                "per source). See docs/prompt-sources.md"
+                "per source). See docs/internals/prompt-sources.md"
             ),
             metavar="FORMAT",
             choices="eagle_datagen.sources.formats:FORMAT_NAMES",
@@ -421,7 +421,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             SOURCES,
             help=(
                 "the folder that holds the benchmark files of the recipe's decontamination.benchmarks: their relative "
-                "paths are read under it, not beside the recipe (docs/prompt-sources.md, \"Benchmark files\")"
+                "paths are read under it, not beside the recipe (docs/internals/prompt-sources.md, \"Benchmark files\")"
             ),
             metavar="DIR",
         ),
@@ -1037,7 +1037,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             help=(
                 "last: one sample per record (the last answer); each: one sample per assistant turn, generated "
                 "on-policy with tool loops continued from recorded results (default: the recipe's, else last; "
-                "docs/multi-turn.md)"
+                "docs/internals/multi-turn.md)"
             ),
             choices="eagle_datagen.conversation:TURNS",
         ),
@@ -1048,7 +1048,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
             "Turns",
             (
                 "last: one sample per record (its last answer). each: one sample per assistant turn, "
-                "generated on-policy, tool loops continued with the recorded tool results (docs/multi-turn.md)."
+                "generated on-policy, tool loops continued with the recorded tool results "
+                "(docs/internals/multi-turn.md)."
             ),
             FORM_SAMPLING,
         ),
@@ -1059,13 +1060,14 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "top_logprobs",
         0,
         "off: today's EAGLE-3 trainers learn from the ids alone, and soft targets cost 3-5 bytes per output token "
-        "per k in the shards (72 at k=20, against 1.9 for the ids; docs/benchmarks.md)",
+        "per k in the shards (72 at k=20, against 1.9 for the ids; docs/internals/benchmarks.md)",
         cli="--top-logprobs",
         flag=Flag(
             SAMPLING_FLAGS,
             help=(
                 "store the top-K logprobs of every output token beside output_ids (soft targets: the "
-                "top_logprob_ids, top_logprobs and output_logprobs columns; docs/training.md); 0: off (default: the "
+                "top_logprob_ids, top_logprobs and output_logprobs columns; docs/internals/training.md); "
+                "0: off (default: the "
                 "recipe's, else 0)"
             ),
             metavar="K",
@@ -1098,7 +1100,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
                 "(Kimi-K2.5's thinking=False: the prompt ends in <think></think>) and the answer has no reasoning; "
                 "mix: a share (--instant-fraction) of the prompts instant, chosen per prompt by a seeded hash; each "
                 "mode samples with the profile's recommendation for it (default: the recipe's, else thinking; "
-                'docs/generation.md "Modes")'
+                'docs/internals/generation.md "Modes")'
             ),
             choices="eagle_datagen.modes:MODES",
         ),
@@ -1236,7 +1238,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         "heldout_fraction",
         0.02,
         "2%: a category of ~20k prompts holds out ~400, which bound its mean accept length within about +-0.05 "
-        "(docs/evaluation.md)",
+        "(docs/internals/evaluation.md)",
         cli="--heldout-fraction",
         flag=Flag(
             OUTPUT,
@@ -2040,7 +2042,8 @@ def reference_table() -> str:
             f"{_cell(entry.recipe)} | {airflow} | "
             f"{entry.why.replace('|', '/')} |"
         )
-    lines += ["", "Precedence, for every front end: " + " > ".join(PRECEDENCE) + ".", "", REFERENCE_END]
+    precedence = "Precedence, on the command line and in Airflow alike: " + " > ".join(PRECEDENCE) + "."
+    lines += ["", precedence, "", REFERENCE_END]
     return "\n".join(lines)
 
 

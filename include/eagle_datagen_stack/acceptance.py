@@ -7,7 +7,8 @@ command sends each held-out row's stored prompt ids exactly as a run sends its s
 and overall, `requests`, `failed`, `output_tokens`, the headline `accept_length_total` (output tokens / verify
 steps) and `accept_length_no_prefill` as {"value", "ci95", "n"}, and the means over prompts `accept_length` /
 `accept_rate` as {"mean", "ci95"} (95% intervals from a bootstrap over prompts; schema eagle-datagen/evaluation/v1,
-docs/evaluation.md), with the per-request records beside it. The loop keeps no reader or statistics of its own.
+docs/internals/evaluation.md), with the per-request records beside it. The loop keeps no reader or statistics of its
+own.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The loop closed on the CPU: the project's on-policy data -> an EAGLE-3 drafter -> acceptance in the real SGLang.
 
 `make eval-loop` (`python -m eagle_datagen_stack.cpu_loop`) and tests/engine/test_cpu_loop.py run it; the page
-docs/evaluation-cpu-loop.md says what it shows and what it costs. With the project's own parts, on one machine
+docs/internals/evaluation-cpu-loop.md says what it shows and what it costs. With the project's own parts, on one machine
 without a GPU:
 
 1. the prompts: the shipped demo prompts of four categories, all of them, with the product's frozen held-out split

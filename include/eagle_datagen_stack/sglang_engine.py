@@ -1,7 +1,7 @@
 """The real SGLang server and the real `smg` router on this machine's CPU: the one place their command lines live.
 
 `make sglang` builds the engine's own environment (.venv-sglang: SGLang 0.5.23 on a CPU torch, smg 1.13.0) and
-the tiny reasoning model (engine/build_tiny_model.py); docs/real-engine.md says why each flag is there. Tests,
+the tiny reasoning model (engine/build_tiny_model.py); docs/internals/real-engine.md says why each flag is there. Tests,
 `make sglang-serve` and the demo start servers through these classes:
 
     with SGLangServer(model_dir, log_dir) as server:          # a free port, /health 200 before it returns

@@ -9,7 +9,7 @@ with the tokenizer), `tiktoken_fast_path` (true: opt in to encoding prompts thro
 tiktoken.Encoding instead of its own call, recorded in the manifest), `concurrency`, `replicas_behind_url`
 (replicas behind a router or proxy that does not list its workers: inference/fleet.py) and `balance`
 (`prefix-affinity`, the default, or `least-outstanding`: how requests spread over several replica URLs;
-docs/prefix_cache.md) and `lost_after` (seconds a server may count fewer requests than the run has there
+docs/internals/prefix_cache.md) and `lost_after` (seconds a server may count fewer requests than the run has there
 before they are called lost: inference/liveness.py) and `drain_hedge` (false: no copies of a run's slowest last
 requests on replicas that fell idle) and `allow_unchecked_tokenizer` (true: use an endpoint whose
 /v1/tokenize cannot be asked, recorded unchecked in the manifest: inference/tokenizer_agreement.py) and `ca_bundle`

@@ -131,7 +131,7 @@ def release_params(
             examples=list(FORMATS),
             title="Export for trainers",
             description="Also write the release in these trainers' formats under exports/release=<id>/<format>/ "
-            "(docs/training.md): speculators, specforge, torchspec, hf, jsonl. Empty: no export.",
+            "(docs/internals/training.md): speculators, specforge, torchspec, hf, jsonl. Empty: no export.",
         ),
         "export_mixes": Param(
             [ALL_MIX],
@@ -141,7 +141,8 @@ def release_params(
             minItems=1,
             examples=choices,
             title="Training mixes",
-            description="Export each of these mixes (the recipe's mixes:, docs/training.md): all is every category "
+            description="Export each of these mixes (the recipe's mixes:, docs/internals/training.md): "
+            "all is every category "
             "and mode unweighted, under exports/release=<id>/<format>/; a named mix goes under "
             "exports/release=<id>/mix=<name>/<format>/. A two-phase training set is two mixes.",
         ),

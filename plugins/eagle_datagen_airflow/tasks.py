@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from eagle_datagen.errors import ConfigError
 from eagle_datagen.inference.access import KeyRefused
+from eagle_datagen_airflow.checks import check_deployment
 from eagle_datagen_airflow.deployment import object_store, sglang_deployment, sglang_key
 from eagle_datagen_airflow.runs import refuse_unknown_conf, run_config, run_id_for
 
@@ -23,7 +24,8 @@ log = logging.getLogger(__name__)
 
 
 def preflight(category: str, recipe: str, params: Mapping[str, Any], dag: Any, dag_run: Any) -> dict[str, Any]:
-    """Resolve the run's settings (params, connection) and check every endpoint with a canary."""
+    """Resolve the run's settings (params, connection), run the deployment checklist (checks.py), then check every
+    endpoint with a canary."""
     from eagle_datagen.generation.steps import preflight_step
 
     try:  # a bad setting is terminal; a server that is not ready yet is worth the task's retries
@@ -41,6 +43,7 @@ def preflight(category: str, recipe: str, params: Mapping[str, Any], dag: Any, d
     )
     with object_store(params["aws_conn_id"]), sglang_key(params.get("sglang_conn_id")):
         try:
+            check_deployment(config, params)  # `eagle-datagen check`'s lines first: a refused one stops the run here
             servers = preflight_step(config)
         except KeyRefused as exc:  # a refused key stays refused: no retries
             raise AirflowFailException(str(exc)) from None

@@ -407,6 +407,7 @@ def test_a_remote_code_tokenizer_without_trust_remote_code_fails_the_preflight_t
     any server is asked (none listens at its URL), naming the folder, the class and the connection extra."""
     from types import SimpleNamespace
 
+    from eagle_datagen.generation.checklist import PROBE_KEY
     from eagle_datagen_airflow.tasks import preflight
 
     from conftest import DEMO_RECIPE
@@ -421,4 +422,6 @@ def test_a_remote_code_tokenizer_without_trust_remote_code_fails_the_preflight_t
         "\n" not in line and f"tokenizer {standin_dir} ships its own code (tokenization_kimi.TikTokenTokenizer)" in line
     )
     assert "set the SGLang connection's extra 'trust_remote_code' to true" in line and "--trust" not in line
-    assert not (tmp_path / "out").exists()
+    # nothing but the deployment check's probe of the output root was written
+    written = [p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert written == [PROBE_KEY]

@@ -280,7 +280,7 @@ def test_a_run_of_each_recipe_uses_its_own_server_pool_and_output_root(tmp_path,
     twin_a = write_recipe(tmp_path / "a", "twin-a", {"math": 4})
     twin_b = write_recipe(tmp_path / "b", "twin-b", {"math": 4, "chat": 2})
     out = tmp_path / "out"
-    for pool in ("sglang_twin_a", "sglang_twin_b"):  # what docs/airflow.md asks a deployment to create
+    for pool in ("sglang_twin_a", "sglang_twin_b"):  # what docs/internals/airflow.md asks a deployment to create
         Pool.create_or_update_pool(pool, slots=1, description="shards generating at once", include_deferred=False)
     instant = SimConfig().with_profile("instant")
     with SimServerThread(instant) as sim_a, SimServerThread(instant) as sim_b:

@@ -1,7 +1,7 @@
 """The compose file's router service against the pinned router: every flag it passes is one that
 `smg launch --help` of smg 1.13.0 (from `make sglang`) lists, it overrides the defaults a deployment must not
 keep (request timeout, retries), and its port is not published: its worker-admin routes answer anyone who
-can reach it (docs/real-engine.md, "The router in a deployment")."""
+can reach it (docs/internals/real-engine.md, "The router in a deployment")."""
 
 from __future__ import annotations
 

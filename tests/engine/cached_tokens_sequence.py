@@ -3,7 +3,7 @@ must report as the real SGLang server does (test_differential.py::test_cached_to
 
 Every request is greedy with a fixed max_new_tokens. Outputs enter the radix tree, and the two servers answer
 with different ids (two different models), so a prompt that extends an earlier answer is built from that
-server's own answer; each step also states the value SGLang's rules give (docs/prefix_cache.md), so the test
+server's own answer; each step also states the value SGLang's rules give (docs/internals/prefix_cache.md), so the test
 fails when SGLang changes them, not only when the two disagree. Prompts stay far below either cache's size
 (a few thousand ids against 65,536 and 500,000), so nothing is evicted.
 """

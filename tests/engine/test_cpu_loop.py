@@ -3,8 +3,8 @@ SGLang target accepts at least as well as one trained, with the same step budget
 same prompts, and better than an untrained one. eagle_datagen_stack.cpu_loop runs the whole chain with the
 product's own parts (generate with the frozen held-out split, export, hidden states, `speculators train`,
 `eagle-datagen convert-drafter`, serve with EAGLE3, the paired A/B of `eagle-datagen evaluate --compare-url` on the
-on-policy run's held-out prompts, two drafters served side by side); docs/evaluation-cpu-loop.md has the table and
-what it costs."""
+on-policy run's held-out prompts, two drafters served side by side); docs/internals/evaluation-cpu-loop.md has the
+table and what it costs."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Status codes, content types, body shapes (the JSON type tree with its key sets; the first and last events of a
 stream) and `meta_info`'s keys must agree, or the difference is deliberate: listed in DELIBERATE below and in
-the table "serve-sim versus the real server" of docs/real-engine.md (a test checks both lists name the same
+the table "serve-sim versus the real server" of docs/internals/real-engine.md (a test checks both lists name the same
 cases, and that a listed difference still shows, so the table cannot go stale). Values are not compared: the
 two run different models. One real server (tiny model, --skip-tokenizer-init) is started for the module.
 """
@@ -50,7 +50,7 @@ SUBSET: dict[str, set[str]] = {
     "GET /get_model_info": MODEL_INFO_READ,
 }
 SIM_ONLY_KEYS = {"sglang_sim"}  # serve-sim's own settings, under a name real SGLang does not use
-DOCS = REPO / "docs" / "real-engine.md"
+DOCS = REPO / "docs" / "internals" / "real-engine.md"
 
 
 def ids_in(body) -> list[int]:

@@ -1,6 +1,7 @@
 """Two real SGLang replicas: listed as two --sglang-url, and the same two behind the real `smg` router. One of
-them runs --reasoning-parser, which preflight must flag (the parser acts only on the OpenAI endpoints, so
-/generate still returns think tokens and the runs below are unaffected)."""
+them runs --reasoning-parser, which preflight and `eagle-datagen check` must warn of (the parser acts only on the
+OpenAI endpoints, so /generate still returns think tokens and the runs below are unaffected:
+docs/server-checklist.md)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,22 @@ def replicas(tmp_path_factory):
 def run(tmp_path, urls: list[str], run_id: str):
     src = write_jsonl(tmp_path / "p.jsonl", [user_record(f"task {i}: " + "how " * i) for i in range(PROMPTS)])
     out = tmp_path / "out"
-    args = ["--prompts", str(src), "--output", str(out), "--run-id", run_id, "--shard-size", "5",
-            "--samples-per-prompt", str(SAMPLES), "--max-new-tokens", "96", "--draft-vocab-size", "256"]
+    args = [
+        "--prompts",
+        str(src),
+        "--output",
+        str(out),
+        "--run-id",
+        run_id,
+        "--shard-size",
+        "5",
+        "--samples-per-prompt",
+        str(SAMPLES),
+        "--max-new-tokens",
+        "96",
+        "--draft-vocab-size",
+        "256",
+    ]
     for url in urls:
         args += ["--sglang-url", url]
     result = run_cli(args, timeout_s=400)
@@ -53,6 +68,27 @@ def test_preflight_flags_the_reasoning_parser(replicas, kimi_profile):
     assert [i.weight_version for i in infos] == ["default", "default"]
     assert infos[0].warnings == []
     assert len(infos[1].warnings) == 1 and "--reasoning-parser kimi_k2" in infos[1].warnings[0]
+
+
+def test_check_passes_both_and_warns_of_the_reasoning_parser(replicas, tmp_path):
+    """`eagle-datagen check` on the real engine: the parser is a warning (other users of the server), not a refusal."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    src = write_jsonl(tmp_path / "p.jsonl", [user_record("how are you?")])
+    urls = [proxy.url for _, proxy in replicas["pairs"]]
+    command = [sys.executable, "-m", "eagle_datagen.cli", "check", "--tokenizer", "standin:kimi-k2.5",
+               "--trust-remote-code", "--prompts", str(src), "--output", str(tmp_path / "out"),
+               "--max-new-tokens", "96", "--sglang-url", urls[0], "--sglang-url", urls[1]]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert [x for x in lines if x.startswith("refused")] == []
+    assert sum(x.startswith("ok      endpoint ") and "(SGLang 0.5.23" in x for x in lines) == 2
+    [parser] = [x for x in lines if "--reasoning-parser kimi_k2" in x]
+    assert parser.startswith(f"warn    endpoint {urls[1]}: ") and "OpenAI endpoints only" in parser
 
 
 def test_two_replicas_as_two_urls(replicas, tmp_path):

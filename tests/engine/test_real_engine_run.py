@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 PROMPTS, SAMPLES = 12, 2
 MAX_NEW_TOKENS = 96  # the tiny model writes ~60 tokens on average: some samples run past this
-# What the tiny model's chain may produce besides a valid sample (docs/real-engine.md).
+# What the tiny model's chain may produce besides a valid sample (docs/internals/real-engine.md).
 MODEL_REJECTS = {"finish_length", "missing_think_end"}
 META_KEYS = {"id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "weight_version",
              "e2e_latency"}

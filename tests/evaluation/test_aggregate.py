@@ -121,7 +121,8 @@ def test_the_docs_old_code_row_has_no_interval_below_one():
 
 
 def test_the_bootstrap_is_the_documented_one():
-    """Recomputed from the recipe docs/evaluation.md gives: numpy's default_rng(SEED), RESAMPLES multinomial draws
+    """Recomputed from the recipe docs/internals/evaluation.md gives: numpy's default_rng(SEED), RESAMPLES multinomial
+    draws
     of n prompts, the ratio of the drawn totals, the 2.5% and 97.5% percentiles."""
     tokens, steps = skewed_prompts(40, seed=3)
     rng = np.random.default_rng(intervals.SEED)

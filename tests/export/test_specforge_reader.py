@@ -3,7 +3,7 @@ train` runs on `data.prompts_path` (`specforge.data.prompt_builder.prepare_promp
 first record has `input_ids` and `loss_mask` as pre-tokenized) reads our `specforge` export and gets our rows' ids
 and masks, in order; with its `data.max_length` it cuts and drops as our `--max-seq-len` does; `torch.load`, as
 SpecForge's `load_vocab_mapping` calls it, reads our `vocab_mapping.pt`. Skipped when the side environment is not
-there (SpecForge's training itself needs CUDA and its own SGLang: docs/training.md)."""
+there (SpecForge's training itself needs CUDA and its own SGLang: docs/internals/training.md)."""
 
 from __future__ import annotations
 
@@ -87,8 +87,9 @@ print(json.dumps({"mode": config.mode, "strategy": config.training.strategy, "pr
 
 
 def documented_run(tmp_path: Path) -> tuple[Path, list[str]]:
-    """docs/training.md's run.yaml (the yaml block that begins `# run.yaml`) and its `specforge train` overrides."""
-    text = (REPO / "docs" / "training.md").read_text()
+    """docs/internals/training.md's run.yaml (the yaml block that begins `# run.yaml`) and its `specforge train`
+    overrides."""
+    text = (REPO / "docs" / "internals" / "training.md").read_text()
     block = text[text.index("```yaml\n# run.yaml") + len("```yaml\n") :]
     run = tmp_path / "run.yaml"
     run.write_text(block[: block.index("```")])

@@ -1,6 +1,7 @@
 """The planner's memory is flat in the number of prompts: planning 50,000 prompts (sourcing, tokenizing, claims
 and shards, in a subprocess with the default worker count) peaks within a fixed margin of planning 5,000, and under
-the ceiling docs/scaling.md states. Before streaming the plan, each prompt held about 10 KB as a record and 33 bytes
+the ceiling docs/internals/scaling.md states. Before streaming the plan, each prompt held about 10 KB as a record and
+33 bytes
 per token as a list: 50,000 prompts of ~250 tokens added about 900 MB. Since the planner keeps its keys as arrays
 (16-byte sample-id digests, no Python object per prompt: plan.PlannedCategory) the 45,000 more prompts add about
 10 MB (measured 284 MB at 5,000, 294 MB at 50,000); the bound leaves room for the noise of sampled PSS."""
@@ -17,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-CEILING_MB = 1536  # docs/scaling.md: the planner's ceiling at any size, default worker count
+CEILING_MB = 1536  # docs/internals/scaling.md: the planner's ceiling at any size, default worker count
 GROWTH_MB = 60  # 45,000 more prompts may add their arrays (tens of bytes each), not their records or objects
 
 

@@ -24,7 +24,7 @@ def test_a_good_canary(kimi_profile):
 @pytest.mark.parametrize(
     ("ids", "extra", "message"),
     [
-        ([5, 6, 7, 163586], {}, "without </think> .*strip think tokens .*without --reasoning-parser"),
+        ([5, 6, 7, 163586], {}, "without </think> .*strips think tokens .*a proxy or gateway"),
         ([163606, 5, 163586], {}, "without </think> \\(163607\\)"),
         ([163606, 5, 163607, 163586], {}, "generated <think> although the prompt already ends in it"),
         ([5, 163607, 7], {}, "not the EOS 163586"),

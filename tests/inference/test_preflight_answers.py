@@ -138,7 +138,7 @@ def test_a_watermarking_server_is_refused_in_one_line_and_sampling_settings_are_
     from eagle_datagen.standin.sglang.runner import SimServerThread
 
     with SimServerThread(SimConfig(enable_watermark=True).with_profile("instant")) as marked:
-        with pytest.raises(ConfigError, match="runs with --enable-watermark: its samples are not the model's") as info:
+        with pytest.raises(ConfigError, match="runs with --enable-watermark: SGLang biases the sampled tokens") as info:
             asyncio.run(preflight([marked.url], kimi_profile, kimi_profile.model, None, wait_s=5))
     assert "\n" not in str(info.value) and marked.url in str(info.value)
     with SimServerThread(SimConfig().with_profile("instant")) as plain:

@@ -23,7 +23,8 @@ PROMPTS = 6
 
 BROKEN = {
     "echo bug": ({"faults": {"echo": 1.0}}, "prompt-echo bug"),
-    "reasoning parser": ({"faults": {"strip_think": 1.0}}, "--reasoning-parser"),
+    "think tokens stripped": ({"faults": {"strip_think": 1.0}}, "strips think tokens"),
+    "auto-truncating": ({"server_args": {"allow_auto_truncate": True}}, "--allow-auto-truncate"),
     "wrong model": ({"model_path": "Qwen/Qwen3-8B"}, "serves 'Qwen/Qwen3-8B'"),
     "watermark": ({"enable_watermark": True}, "--enable-watermark"),
     # a 400 to the canary that the other replica accepts: this replica's context length, not the run's sampling

@@ -73,7 +73,8 @@ def heldout_prompt_ids(root: Path) -> dict[str, str]:
 
 
 def bootstrap(pairs: list[tuple[float, float]], offset: float = 0.0) -> list[float]:
-    """The interval docs/evaluation.md describes, written again here: prompts in key order, numpy's default_rng(0),
+    """The interval docs/internals/evaluation.md describes, written again here: prompts in key order,
+    numpy's default_rng(0),
     2,000 multinomial draws of n prompts, the ratio of the drawn totals, its 2.5% and 97.5% percentiles."""
     num, den = (np.array([p[i] for p in pairs], dtype=float) for i in (0, 1))
     counts = np.random.default_rng(0).multinomial(len(pairs), np.full(len(pairs), 1 / len(pairs)), size=2000)

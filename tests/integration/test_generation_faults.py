@@ -99,7 +99,7 @@ def test_wrong_outputs_are_quarantined_with_their_reason(tmp_path, fault, reason
 @pytest.mark.parametrize(
     ("fault", "rate", "diagnosis"),
     [
-        ("strip_think", 0.9, "is --reasoning-parser set?"),
+        ("strip_think", 0.9, "not through a proxy that rewrites answers"),
         ("echo", 0.3, "upgrade SGLang"),
     ],
 )

@@ -160,7 +160,7 @@ def test_rerun_with_other_sampling_is_refused(tmp_path):
             [],
             "serves 'Qwen/Qwen3-8B', but this run is for 'moonshotai/Kimi-K2.5'",
         ),
-        (SimConfig(faults={"strip_think": 1.0}), [], "strip think tokens (restart SGLang without --reasoning-parser)"),
+        (SimConfig(faults={"strip_think": 1.0}), [], "strips think tokens (a proxy or gateway"),
         (SimConfig(faults={"echo": 1.0}), [], "prompt-echo bug"),
         (SimConfig(faults={"no_think_end": 1.0}), [], "canary without </think> (163607)"),
         # A 400 the client cannot foresee (the canary's 4096 new tokens overflow this server's context); bad

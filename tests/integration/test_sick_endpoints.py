@@ -139,7 +139,7 @@ def test_a_model_that_often_misses_think_end_publishes_with_those_quarantined_an
 
 def test_a_setup_signature_stops_the_run_once_min_samples_answers_are_in(tmp_path):
     with replica(strip_think=1.0) as a, replica(strip_think=1.0) as b:
-        with pytest.raises(RunStopped, match=re.escape("is --reasoning-parser set?")) as stopped:
+        with pytest.raises(RunStopped, match=re.escape("not through a proxy that rewrites answers")) as stopped:
             run_generation(options(tmp_path, [a.url, b.url]))
         answered = a.stats()["generations"] + b.stats()["generations"]
     assert answered <= 20 + 8  # min_samples, plus what was in flight

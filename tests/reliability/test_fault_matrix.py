@@ -314,7 +314,7 @@ def test_a_replica_stripping_think_tokens_is_ejected_and_its_answers_quarantined
             "server stripping think tokens (systematic, 90%)",
             {"strip_think": 0.9},
             1,
-            "is --reasoning-parser set?",
+            "not through a proxy that rewrites answers",
             40,
         ),
     ],

@@ -182,7 +182,7 @@ def test_any_gz_bytes_are_rows_rejects_or_one_source_error(data, compress):
 
 
 def test_every_reason_the_code_can_give_is_listed():
-    """REJECT_REASONS is the list docs/data-contract.md and docs/security.md show: the code gives no other."""
+    """REJECT_REASONS is the list docs/data-contract.md and docs/internals/security.md show: the code gives no other."""
     files = [REPO / "include/eagle_datagen/records.py", *REPO.glob("include/eagle_datagen/sources/*.py")]
     files.append(REPO / "include/eagle_datagen/tokenization/tokenize.py")
     pattern = re.compile(r'(?:_Invalid|_Unmappable|Reject|_reject)\(\s*(?:record,\s*)?"([a-z_0-9]+)"')

@@ -62,6 +62,13 @@ def test_a_saved_dataset_dict_needs_an_existing_split(tmp_path):
         collect(str(tmp_path / "saved"), split="dev")
 
 
+def test_without_the_datasets_extra_one_line_names_it(tmp_path, monkeypatch):
+    datasets.Dataset.from_list(sharegpt_rows(2)).save_to_disk(str(tmp_path / "saved"))
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` fails, as where the extra is not installed
+    with pytest.raises(SourceError, match=r"needs the datasets package: pip install 'eagle-datagen\[datasets\]'"):
+        collect(str(tmp_path / "saved"))
+
+
 def test_split_on_a_plain_file_is_an_error(tmp_path):
     (tmp_path / "p.jsonl").write_text(json.dumps(sharegpt_rows(1)[0]) + "\n")
     with pytest.raises(SourceError, match="only Hugging Face datasets"):

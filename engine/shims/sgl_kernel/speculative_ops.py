@@ -3,7 +3,7 @@
 With `--speculative-algorithm EAGLE3` on the CPU engine, SGLang calls these `sgl_kernel` CPU ops (the real ones are
 C++ in a CPU build of sgl-kernel that PyPI does not have). Each is a line-by-line reading of the Triton kernel
 SGLang uses on a GPU for the same job (named below), over small Python loops: the batches here are a few requests of a
-few tokens, so clarity beats speed. The CPU loop (docs/evaluation-cpu-loop.md) serves a drafter with top-k 1,
+few tokens, so clarity beats speed. The CPU loop (docs/internals/evaluation-cpu-loop.md) serves a drafter with top-k 1,
 which is the path these were checked on; the tree kernels are written for any top-k, as their Triton originals are.
 """
 

@@ -5,7 +5,7 @@ nothing new and says so); 1 for an expected failure to fix (bad flags, a missing
 fit the profile, too many rejected records, a failed diagnosis), with one line on stderr; 2 for a usage error, as
 argparse does; 3 for a run that is not published yet with nothing to fix (samples out of retries, an incomplete
 shard, samples held by another run in flight), with one line on stderr saying what is missing and how a rerun
-finishes it; 130 when interrupted.
+finishes it; 130 when interrupted. `check` exits 1 when any item is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from eagle_datagen.cli import convert_drafter, evaluate, export, gc, release, run, standin, tokenize
+from eagle_datagen.cli import check, convert_drafter, evaluate, export, gc, release, run, standin, tokenize
 from eagle_datagen.cli.arguments import EPILOG
 from eagle_datagen.cli.run import format_run_summary
 from eagle_datagen.cli.tokenize import format_tokenize_summary
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tokenize.add_parser(commands)
     run.add_parser(commands)
+    check.add_parser(commands)
     export.add_parser(commands)
     convert_drafter.add_parser(commands)
     evaluate.add_parser(commands)

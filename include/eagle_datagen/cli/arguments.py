@@ -18,7 +18,7 @@ EPILOG = """\
 SRC is a file (.jsonl, .jsonl.gz, .parquet, .csv), a folder, a quoted glob or an s3:// URI (a key, a prefix
 or a glob), or a Hugging Face dataset: a save_to_disk folder, a folder of Parquet or Arrow files in a dataset's
 layout, or hf://datasets/OWNER/NAME[?config=C&split=S] (offline: from the local cache). Records may be
-messages, ShareGPT, Alpaca or prompt-column records (docs/prompt-sources.md). S3 endpoint and credentials
+messages, ShareGPT, Alpaca or prompt-column records (docs/internals/prompt-sources.md). S3 endpoint and credentials
 come from the standard AWS environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
 TOK is a tokenizer directory, a hub id, or standin:kimi-k2.5 for the stand-in tokenizer the project builds
 itself (tests and the demo use it).

@@ -18,7 +18,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "LlamaForCausalLMEagle3 loads (midlayer.*, fc, norm, lm_head, d2t/t2d; draft_vocab_size and "
         "eagle_config.eagle_aux_hidden_state_layer_ids in SGLang's numbering for the target's class), in the "
         "target's dtype; refuse, in one line, what SGLang cannot serve. Prints the SGLang flags on stdout. "
-        "docs/training.md describes it.",
+        "docs/internals/training.md describes it.",
     )
     convert.add_argument("--checkpoint", required=True, metavar="DIR",
                          help="the folder `speculators train` saved (config.json, model.safetensors)")

@@ -33,7 +33,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "tokens/s and latency; with --compare-url or --baseline, the paired difference per category (an A/B that "
         "measured nothing on B's side, or no prompt on both, exits 1). Writes the results' JSON, one record per "
         "request and an HTML report (ROOT/evaluations/eval=<id>.*, or beside --to). An endpoint that is not "
-        "speculative is refused before any request. docs/evaluation.md.",
+        "speculative is refused before any request. docs/internals/evaluation.md.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

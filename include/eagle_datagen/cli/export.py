@@ -22,7 +22,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="Read the data files a run's manifest (or a release) lists, checksums checked, shard by shard, "
         "and write training rows: input_ids (prompt_ids + output_ids) and loss_mask (0 over the prompt, 1 over "
         "the output), in the format a trainer reads, with the draft vocabulary maps it needs, a sample_id index "
-        "(sample_ids.txt), export_info.yaml and a README with the command that starts training. docs/training.md "
+        "(sample_ids.txt), export_info.yaml and a README with the command that starts training. "
+        "docs/internals/training.md "
         "describes each format and trainer.",
     )
     which = export.add_mutually_exclusive_group(required=True)
@@ -75,7 +76,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="a training mix: per-category weights (math=2,chat=0.5: 2 copies of every math row, half of the chat "
         "rows, chosen by a seeded hash of the sample id; a category not named keeps 1, 0 leaves it out; "
         "fractions give floor(w) copies plus one more of round(frac(w) x n) rows), or the name of a mix of "
-        "--recipe's mixes: (docs/training.md, \"Mixes\")",
+        "--recipe's mixes: (docs/internals/training.md, \"Mixes\")",
     )
     export.add_argument(
         "--modes",

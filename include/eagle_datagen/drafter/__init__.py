@@ -1,2 +1,2 @@
 """The drafter handoff: a trained EAGLE-3 checkpoint converted into the folder SGLang serves (`eagle-datagen
-convert-drafter`, docs/training.md). numpy alone: no torch in the project's environment."""
+convert-drafter`, docs/internals/training.md). numpy alone: no torch in the project's environment."""

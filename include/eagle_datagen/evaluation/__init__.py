@@ -1,5 +1,5 @@
 """Evaluation: what the data is worth, measured as the acceptance a drafter trained on it reaches on a speculative
-SGLang deployment (`eagle-datagen evaluate`, the evaluate DAG; docs/evaluation.md).
+SGLang deployment (`eagle-datagen evaluate`, the evaluate DAG; docs/internals/evaluation.md).
 
 A stage like the others, in its own room: prompt selection (prompts.py: the output root's held-out prompts, or
 `--prompts` sources), the deployments' checks (servers.py), the request loop (requests.py: generation's client and

@@ -307,7 +307,7 @@ def render_evaluation(results: dict[str, Any]) -> str:
         "steps (each answer's first token comes from the prefill, not a verify step). Mean over prompts: the mean of "
         "SGLang's per-request spec_accept_length (high on short answers). Intervals: a percentile bootstrap over "
         "prompts. Failed requests and answers without speculative metrics (unmeasured) are counted, never averaged "
-        "in. docs/evaluation.md says what each figure means.</p>",
+        "in. docs/internals/evaluation.md says what each figure means.</p>",
     ]
     by_mode = results.get("categories_by_mode") or {}
     if len(results.get("modes") or {}) > 1:  # thinking and instant prompts: each mode's own acceptance

@@ -1,4 +1,4 @@
-"""An evaluation's results as JSON (schema eagle-datagen/evaluation/v1, docs/evaluation.md) and an earlier
+"""An evaluation's results as JSON (schema eagle-datagen/evaluation/v1, docs/internals/evaluation.md) and an earlier
 evaluation read back as a baseline: its JSON, then its records file (checked against the sha256 the JSON lists),
 whose deployment-A rows pair with this evaluation's prompt for prompt.
 """

@@ -2,7 +2,7 @@
 
 Both name the run or release, the manifest's checksums of the files read, the rows and what the
 sequence-length cut did, the draft vocabulary, and the command that starts training from the export
-(checked against the trainer versions named in docs/training.md). YAML rather than JSON: TorchSpec
+(checked against the trainer versions named in docs/internals/training.md). YAML rather than JSON: TorchSpec
 loads every *.json under a data folder it is given as training data.
 """
 
@@ -24,14 +24,14 @@ class TrainContext:
 
 
 def train_command(fmt: str, c: TrainContext) -> str:
-    """The trainer's command that consumes this export (docs/training.md explains each)."""
+    """The trainer's command that consumes this export (docs/internals/training.md explains each)."""
     k = c.k if c.k is not None else "K"
     if fmt == "speculators":
         seq = f" --total-seq-len {c.max_seq_len}" if c.max_seq_len else ""
         return (
             f"speculators train --verifier-name-or-path {c.model} --trust-remote-code --data-path {c.folder} "
             f"--draft-vocab-size {k}{seq} --num-layers 1 --no-norm-before-residual --full-attention-indices 0 "
-            "--save-path ./checkpoints  # then eagle-datagen convert-drafter for SGLang (docs/training.md)"
+            "--save-path ./checkpoints  # then eagle-datagen convert-drafter for SGLang (docs/internals/training.md)"
         )
     if fmt == "specforge":
         seq = f" data.max_length={c.max_seq_len}" if c.max_seq_len else ""
@@ -39,13 +39,14 @@ def train_command(fmt: str, c: TrainContext) -> str:
             "specforge train --config run.yaml "
             f"model.target_model_path={c.model} model.trust_remote_code=true "
             f"model.vocab_mapping_path={c.folder}/vocab_mapping.pt data.prompts_path={c.folder}/train.jsonl{seq}"
-            f"  # run.yaml: docs/training.md; the draft config's draft_vocab_size must be {k}"
+            f"  # run.yaml: docs/internals/training.md; the draft config's draft_vocab_size must be {k}"
         )
     if fmt == "torchspec":
         seq = f" training.max_seq_length={c.max_seq_len}" if c.max_seq_len else ""
         return (
             f"python3 -m torchspec.train_entry --config configs/<model>.yaml model.target_model_path={c.model} "
-            f"dataset.train_data_path={c.folder}/train.parquet{seq}  # see docs/training.md: check your TorchSpec "
+            f"dataset.train_data_path={c.folder}/train.parquet{seq}  # see docs/internals/training.md: "
+            "check your TorchSpec "
             "reads pre-tokenized Parquet"
         )
     if fmt == "hf":

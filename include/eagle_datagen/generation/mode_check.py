@@ -1,5 +1,5 @@
 """Before any GPU time: the modes a run asks for are ones the model profile has, and the chat template honours
-them (modes.py, docs/generation.md "Modes")."""
+them (modes.py, docs/internals/generation.md "Modes")."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ class SamplingOverrides:
     top_p: float | None = None
     top_k: int | None = None
     samples_per_prompt: int | None = None
-    turns: str | None = None  # last | each (docs/multi-turn.md)
+    turns: str | None = None  # last | each (docs/internals/multi-turn.md)
     top_logprobs: int | None = None  # k: the top-k logprobs of every output token (inference/logprobs.py)
     mode: str | None = None  # thinking | instant | mix (modes.py)
     instant_fraction: float | None = None  # with mix: the share of prompts generated instant

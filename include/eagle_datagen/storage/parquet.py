@@ -10,7 +10,7 @@ null). Columns not marked nullable are Parquet REQUIRED: `samples_table` refuses
 The encoding (`encode_shard`) uses only what every Parquet reader supports: PLAIN and RLE_DICTIONARY pages
 (data page v1) and zstd, readable by pyarrow, DuckDB and Spark (parquet-java); one row group per ~128 MiB
 of uncompressed data. It was chosen with `bench/bench_storage.py` on token ids of natural text (results and
-every option compared in docs/benchmarks.md, "Storage"):
+every option compared in docs/internals/benchmarks.md, "Storage"):
 - token ids (`prompt_ids`, `output_ids`): PLAIN int32 values, zstd level 9, 8 MiB data pages. In a real
   BPE vocabulary an id is a merge rank, so frequent tokens have small ids and the raw little-endian bytes
   are skewed; and text repeats phrases, which zstd's match finder sees in raw ids (4-byte aligned, every
@@ -26,7 +26,7 @@ every option compared in docs/benchmarks.md, "Storage"):
 - soft targets (`top_logprob_ids`, `top_logprobs`, `output_logprobs`; null unless the run asked for them): the
   ids PLAIN int32 as the token ids, the logprobs float32 in BYTE_STREAM_SPLIT pages (Parquet 2.8, 2019; read by
   pyarrow, parquet-java 1.12 / Spark 3.2, DuckDB since late 2023), which zstd compresses 29% better than PLAIN
-  floats at k=20 (`bench/bench_logprob_storage.py`, docs/benchmarks.md). float16 would halve them again, but
+  floats at k=20 (`bench/bench_logprob_storage.py`, docs/internals/benchmarks.md). float16 would halve them again, but
   Parquet's FLOAT16 (2023) is not read by every reader.
 The bytes are a pure function of the table (no timestamps), so a rewrite of the same shard is identical.
 """
@@ -77,7 +77,7 @@ _SAMPLE_FIELDS = [
 # earlier column keeps its position). A shard written before them decodes with them null.
 _ADDED_FIELDS = [
     pa.field("cached_tokens", pa.int32()),  # prompt tokens the server had in its prefix cache; null: not reported
-    # turns: each (docs/multi-turn.md); null for single-turn samples
+    # turns: each (docs/internals/multi-turn.md); null for single-turn samples
     pa.field("conversation_id", pa.string()),  # stable: from the prompt id and the sample index
     pa.field("turn_index", pa.int32()),  # 0-based generation step within the conversation
     pa.field("parent_sample_id", pa.string()),  # the step this one continues; null for the first
@@ -119,7 +119,7 @@ LOGPROB_ID_COLUMNS = ("top_logprob_ids",)  # stored as the token ids are
 LOGPROB_COLUMNS = ("output_logprobs", "top_logprobs")  # float32
 LIST_COLUMNS = (*TOKEN_COLUMNS, *LOGPROB_ID_COLUMNS, *LOGPROB_COLUMNS)
 
-# Encoding (see the module docstring and docs/benchmarks.md).
+# Encoding (see the module docstring and docs/internals/benchmarks.md).
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 9
 ROW_GROUP_BYTES = 128 * 2**20  # uncompressed Arrow bytes per row group (a 1,000-sample shard is one group)

@@ -8,7 +8,8 @@ that is transformers' generic path: the added-token trie split, one `_tokenize` 
 worker processes (tokenize.py sizes them to the CPUs this process may use), not from replacing it.
 
 The fast path, `encoding.encode(text, allowed_special="all")` on the tokenizer's own `tiktoken.Encoding`, does the
-same work in one call, about 3x faster (docs/benchmarks.md), and gives the same ids only while the tokenizer's own
+same work in one call, about 3x faster (docs/internals/benchmarks.md), and gives the same ids only while the
+tokenizer's own
 code adds nothing to plain tiktoken. Sample texts cannot prove two programs equal: a next `tokenization_kimi.py`
 may normalise Unicode in `encode`, drop characters, cut runs at another length, set something on the instance,
 and agree on every sample. So it is off unless the user opts in (the setting `tiktoken_fast_path`:

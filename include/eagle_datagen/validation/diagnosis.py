@@ -1,7 +1,7 @@
 """Run-level checks: turn the reject-reason counts of a run into diagnoses that name the cause and the fix.
 
 A few bad samples are normal (a model sometimes rambles past max_new_tokens); a high rate of one reason
-is the signature of a misconfiguration (a reasoning parser stripping think tokens, the wrong tokenizer,
+is the signature of a misconfiguration (a proxy stripping think tokens, the wrong tokenizer,
 an SGLang version with the echo bug). `diagnose` compares each reason's rate with its threshold;
 `check_run` raises `ValidationFailed` with every violated threshold in one line. A reason only one mode can give
 (`REASON_MODES`: no `</think>` in a thinking answer, a think token in an instant one) is a share of that mode's
@@ -191,8 +191,9 @@ _MESSAGES: dict[str, Callable[[ModelProfile | None, str], tuple[str, str]]] = {
     ),
     "missing_think_start": lambda p, f: (
         f"of samples have no {_tok(p, 'think_start', '<think>')}",
-        "the model did not think, or the server strips think tokens: enable thinking in the chat template and "
-        "restart SGLang without --reasoning-parser",
+        "the model did not think, or something strips think tokens from the answers (SGLang's --reasoning-parser "
+        "does not: it acts on the OpenAI endpoints only; a proxy that rewrites answers does): enable thinking in the "
+        "chat template and send /generate to SGLang directly",
     ),
     "multiple_think_start": lambda p, f: (
         f"of samples contain {_tok(p, 'think_start', '<think>')} more than once",
@@ -200,7 +201,8 @@ _MESSAGES: dict[str, Callable[[ModelProfile | None, str], tuple[str, str]]] = {
     ),
     "missing_think_end": lambda p, f: (
         f"of samples have no {_tok(p, 'think_end', '</think>')}",
-        "the server seems to strip think tokens: is --reasoning-parser set? Restart SGLang without it",
+        "something strips think tokens from the answers (SGLang's --reasoning-parser does not: it acts on the OpenAI "
+        "endpoints only): send /generate to SGLang directly, not through a proxy that rewrites answers",
     ),
     "multiple_think_end": lambda p, f: (
         f"of samples contain {_tok(p, 'think_end', '</think>')} more than once",

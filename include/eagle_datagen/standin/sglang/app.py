@@ -92,7 +92,7 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "dtype": "auto",
         "kv_cache_dtype": "auto",
         "chat_template": None,
-        "reasoning_parser": "kimi_k2" if state.faults.rates.strip_think > 0 else None,
+        "reasoning_parser": None,
         "tool_call_parser": None,
         "max_running_requests": cfg.max_running_requests,
         "max_queued_requests": cfg.max_queued_requests,
@@ -117,6 +117,7 @@ def server_info_body(state: SimState, host: str, port: int) -> dict[str, Any]:
         "max_req_input_len": cfg.context_length - 1,
         "internal_states": [{"last_gen_throughput": 0.0}],
         "version": cfg.version,
+        **cfg.server_args,  # faked server arguments (serve-sim --server-arg)
         # the stand-in's own settings, under a name real SGLang does not use
         "sglang_sim": {
             "decode_s_per_token": cfg.decode_s_per_token,
@@ -165,7 +166,8 @@ async def flush_cache(request: web.Request) -> web.Response:
             return web.Response(status=400, text="Timed out waiting for idle state." if timeout else FLUSH_FAILED_TEXT)
         await asyncio.sleep(0.01)
     state.prefix_cache.clear()
-    return web.Response(status=200, text=FLUSH_CACHE_TEXT)  # SGLang's names no content type (docs/real-engine.md)
+    # SGLang's names no content type (docs/internals/real-engine.md)
+    return web.Response(status=200, text=FLUSH_CACHE_TEXT)
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import signal
 import sys
+from typing import Any
 
 from eagle_datagen.standin.sglang.config import PROFILES, TOKENIZE_APIS, FaultRates, SimConfig
 from eagle_datagen.standin.sglang.runner import start_sim_server
@@ -25,7 +27,7 @@ FAULT_FLAGS = {
     "slow": "answer --slow-seconds late",
     "no_think_end": "leave </think> out of the output",
     "echo": "the SGLang 0.5.0-0.5.4 bug: output_ids start with 1-5 ids copied from the prompt's end",
-    "strip_think": "remove <think>/</think> from output_ids, as a misconfigured reasoning parser would",
+    "strip_think": "remove <think>/</think> from output_ids, as a proxy or gateway that rewrites answers would",
     "lose": "accept the request and never answer it (the connection stays open, /health stays 200, /v1/loads "
     "does not count it), as when a request is lost inside a server",
     "prompt_tokens": "report a prompt_tokens that disagrees with the ids sent, as a server or proxy that "
@@ -140,6 +142,15 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="report enable_watermark true in /server_info, as SGLang 0.5.23 started with --enable-watermark does "
         "(the stand-in's outputs are not watermarked; preflight refuses such a server)",
+    )
+    model.add_argument(
+        "--server-arg",
+        action="append",
+        type=_server_arg,
+        default=[],
+        metavar="KEY=JSON",
+        help="report this server argument in /server_info, as SGLang started with it does, e.g. "
+        "reasoning_parser='\"kimi_k2\"' or allow_auto_truncate=true (outputs do not change; repeatable)",
     )
     model.add_argument(
         "--context-length",
@@ -294,6 +305,17 @@ def add_serve_sim_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _server_arg(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw  # a bare word: a string (reasoning_parser=kimi_k2)
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=JSON (e.g. allow_auto_truncate=true)")
+    return key, value
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     config = SimConfig(
         model_path=args.model_path,
@@ -304,6 +326,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         version=args.version,
         enable_deterministic_inference=args.enable_deterministic_inference,
         enable_watermark=args.enable_watermark,
+        server_args=dict(args.server_arg),
         speculative=SpeculativeConfig(
             algorithm=args.speculative_algorithm,
             draft_model_path=args.speculative_draft_model_path,

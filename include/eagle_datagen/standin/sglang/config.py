@@ -25,7 +25,7 @@ class FaultRates:
     slow: float = 0.0  # the answer comes `slow_seconds` late
     no_think_end: float = 0.0  # the output lacks </think>
     echo: float = 0.0  # SGLang 0.5.0-0.5.4: output_ids start with the prompt's last 1-5 ids
-    strip_think: float = 0.0  # a misconfigured reasoning parser removed <think> and </think>
+    strip_think: float = 0.0  # something rewriting answers (a proxy, a gateway) removed <think> and </think>
     prompt_tokens: float = 0.0  # meta_info.prompt_tokens disagrees with the ids sent (another tokenizer's count)
     # an instant prompt (it ends in <think></think>) answered with reasoning and </think> anyway, as a model that
     # ignores the template's switch would
@@ -76,6 +76,9 @@ class SimConfig:
     enable_deterministic_inference: bool = False
     # SGLang's --enable-watermark (0.5.23): /server_info reports it; the stand-in's outputs are never watermarked
     enable_watermark: bool = False
+    # any other server argument as /server_info reports it (e.g. {"reasoning_parser": "kimi_k2"}): what the server
+    # says it runs with; the stand-in's outputs do not change (server_flags.py judges these)
+    server_args: dict[str, Any] = field(default_factory=dict)
     # a drafter (SGLang's --speculative-algorithm ...): /server_info reports it and every finished request's
     # meta_info carries known acceptance metrics (speculative.py); None: a server without a drafter
     speculative: SpeculativeConfig | None = None
@@ -94,7 +97,7 @@ class SimConfig:
     # KV held for prefix reuse (SGLang's radix cache), in tokens; 0 disables it (--disable-radix-cache). A
     # Kimi-K2.5 replica on 8 x H200 (TP 8, INT4 weights ~74 GB per GPU, MLA latent KV of ~69 KiB per token
     # replicated on every GPU) has room for ~700k tokens of KV; 64 running requests hold ~200k of it, so about
-    # 500k are left for cached prefixes (docs/prefix_cache.md).
+    # 500k are left for cached prefixes (docs/internals/prefix_cache.md).
     prefix_cache_tokens: int = 500_000
     stream_interval: int = 8  # tokens per streamed event, unless the request sets its own
     startup_seconds: float = 0.0  # /health_generate answers 503 this long after every (re)start

@@ -14,7 +14,7 @@ seeded draw). The constants are fitted to a real BPE (Mistral's 150k-rank Tekken
 2,000-81,000 (median 17,000), and 19%, 63% and 94% of tokens have ids below 256, 4,096 and 65,536; this
 mapping gives 0.44, 62-1,800 (377), 1,900-68,000 (15,000) and 24%, 71%, 93%. A random permutation
 (used before) has no such correlation, which made the stored ids look far less compressible than real
-ones (docs/benchmarks.md, "Storage").
+ones (docs/internals/benchmarks.md, "Storage").
 """
 
 from __future__ import annotations

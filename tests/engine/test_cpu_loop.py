@@ -75,7 +75,6 @@ def test_on_policy_data_trains_the_drafter_the_target_accepts(tmp_path):
     assert versus_off["value"] >= 0 and on >= off, format_table(result)
     assert versus_random["ci95"][0] > 0, format_table(result)
     assert random <= min(on, off), format_table(result)
-    assert versus_off["value"] == pytest.approx(on - off) and versus_random["value"] == pytest.approx(on - random)
 
 
 def heldout_prompt_ids(out: Path, run: str, kinds: tuple[str, ...]) -> dict[str, set[str]]:

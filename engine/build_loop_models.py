@@ -16,10 +16,9 @@ docs/internals/evaluation-cpu-loop.md); that difference is not understood yet.
 Both are Llama models (what the CPU SGLang serves) of 4 layers, so three aux-layer ids are valid in speculators'
 and SGLang's conventions (drafter_training.aux_layer_ids), hidden 64, with the vocabulary of 163,840 of the
 stand-in Kimi tokenizer, float32 (a drafter carries its target's dtype). Each is trained with a fixed seed for a
-fixed step budget in the speculators environment (engine/cpu_loop/train_loop_model.py: torch on the CPU, about a
-minute on 2 cores) and cached like the tiny model; rebuilt only when this file, the training script, the demo
-prompts, build_tiny_model.py or the stand-in tokenizer change. No model is exact: the target restates held-out
-prompts imperfectly, and that is what a drafter is measured against.
+fixed step budget in the speculators environment (engine/cpu_loop/train_loop_model.py: torch on the CPU; both
+models took 323 s, 408 CPU-s, on the busy 2-core machine) and cached like the tiny model; rebuilt only when this
+file, the training script, the demo prompts, build_tiny_model.py or the stand-in tokenizer change.
 
 Usage (the project's .venv): python engine/build_loop_models.py [CACHE] [--other] prints the model directory,
 `<cache>/sglang-loop-trained/Kimi-K2.5` (or `<cache>/sglang-loop-other/Kimi-K2.5`).

@@ -69,12 +69,14 @@ def test_on_policy_data_trains_the_drafter_the_target_accepts(tmp_path):
             assert 1.0 <= no_prefill["ci95"][0] <= no_prefill["ci95"][1] <= NUM_STEPS + 1, (drafter, name, no_prefill)
             assert (headline["warning"] is not None) == (headline["n"] < MIN_PROMPTS), (drafter, name)
     # What the data must show, measured prompt for prompt on the same requests (the paired A/B): the on-policy
-    # drafter is accepted at least as well as the off-policy one, and the untrained one is the lowest of the three.
+    # drafter is accepted at least as well as the off-policy one and better than the untrained one. Not that the
+    # untrained one is the lowest: serve-sim's off-policy answers are random ids, and a drafter trained on them was
+    # measured level with it (overall 1.05 against 1.06 on 2026-12-07; 1.20 against 1.06 in the run before).
     on, off, random = (reports[d]["overall"]["accept_length_total"]["value"] for d in DRAFTERS_BY_NAME)
     versus_off, versus_random = (result.comparisons[r]["overall"]["accept_length_total_diff"] for r in RIVALS)
     assert versus_off["value"] >= 0 and on >= off, format_table(result)
     assert versus_random["ci95"][0] > 0, format_table(result)
-    assert random <= min(on, off), format_table(result)
+    assert random < on, format_table(result)
 
 
 def heldout_prompt_ids(out: Path, run: str, kinds: tuple[str, ...]) -> dict[str, set[str]]:

@@ -1,8 +1,9 @@
 """Two small Llama models trained at build time on the demo prompts the project ships (include/data/demo_prompts,
 all categories): a prompt-dependent target for the CPU loop, and another model whose answers would be its off-policy
-data. NOT YET THE LOOP'S DEFAULT (`--target`/`--other` of eagle_datagen_stack.cpu_loop take them): served by the
-real SGLang 0.5.23 on the CPU, the target wrote text unlike what transformers generates from the same weights (see
-docs/internals/evaluation-cpu-loop.md); that difference is not understood yet.
+data. NOT YET THE LOOP'S DEFAULT (`--target`/`--other` of eagle_datagen_stack.cpu_loop take them): on whole prompts
+the target writes word fragments, in transformers as in SGLang, since it is trained on each sequence's last 128 ids
+(docs/internals/evaluation-cpu-loop.md). Serve them with `--dtype float32`: SGLang serves a float32 checkpoint as
+float16 by default, whose greedy ids drift from transformers' (tests/engine/test_loop_models_served.py).
 
 - **the target** answers a prompt about the prompt: its reasoning restates the last user message's first sentence
   (at most ECHO_CHARS characters), then `</think>`, the same sentence as its answer, and `<|im_end|>` (a sentence's

@@ -79,8 +79,9 @@ $(SPECFORGE_STAMP): $(SPECFORGE_PINS)
 	$(SPECFORGE_VENV)/bin/python -m pip install --quiet -r $(SPECFORGE_PINS)
 	@touch $@
 
-# The loop closed on the CPU: on-policy data -> EAGLE-3 drafter -> accept length in the real SGLang, against a random
-# and an off-policy drafter; prints the table (docs/internals/evaluation-cpu-loop.md). About 3-5 minutes on 2 cores (docs/internals/evaluation-cpu-loop.md has the measured table).
+# The loop closed on the CPU: on-policy data -> EAGLE-3 drafter -> accept length in the real SGLang, paired A/Bs against
+# an off-policy and a random drafter; prints the table (docs/internals/evaluation-cpu-loop.md has the measured table).
+# About 3-5 minutes on 2 cores.
 eval-loop: sglang speculators-env  ## train drafters on on-policy and off-policy data on the CPU, print accept lengths
 	$(BIN)/python -m eagle_datagen_stack.cpu_loop --work .eval-loop
 

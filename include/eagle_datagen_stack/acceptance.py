@@ -37,17 +37,22 @@ class EvalRequest:
     concurrency: int = 8
 
 
-def evaluate_command(url: str, request: EvalRequest, label: str, report: Path) -> list[str]:
+def evaluate_command(url: str, request: EvalRequest, label: str, report: Path,
+                     compare: tuple[str, str] | None = None) -> list[str]:
     command = [*CLI, "evaluate", "--output", str(request.output), "--run-id", request.run_id, "--sglang-url", url,
                "--tokenizer", request.tokenizer, "--max-new-tokens", str(request.max_new_tokens),
                "--temperature", str(request.temperature), "--top-p", str(request.top_p),
                "--concurrency", str(request.concurrency), "--label", label, "--to", str(report)]  # fmt: skip
+    if compare:  # the paired A/B: the same requests to deployment B
+        command += ["--compare-url", compare[0], "--compare-label", compare[1]]
     return [*command, "--trust-remote-code"] if request.trust_remote_code else command
 
 
-def evaluate_drafter(url: str, request: EvalRequest, label: str, report: Path) -> dict[str, Any]:
-    """The evaluation report of the deployment at `url` (written to `report` by `eagle-datagen evaluate`)."""
-    done = subprocess.run(evaluate_command(url, request, label, report), capture_output=True, text=True)
+def evaluate_drafter(url: str, request: EvalRequest, label: str, report: Path,
+                     compare: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The evaluation report of the deployment at `url` (written to `report` by `eagle-datagen evaluate`); with
+    `compare` (url, label), the paired A/B against that deployment (the report's "comparison")."""
+    done = subprocess.run(evaluate_command(url, request, label, report, compare), capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"eagle-datagen evaluate failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     return json.loads(report.read_text())

@@ -8,16 +8,19 @@ without a GPU:
    (`--heldout-fraction`, heldout.py: a stable hash of each prompt sets about 4 in 10 aside, the same in every run);
 2. on-policy data: `eagle-datagen run` of the prompts against the real SGLang serving the loop's target
    (engine/build_loop_target.py); off-policy data: the same run against the stand-in `serve-sim`, whose answers
-   the target did not write; both under one output root, so both hold out the same prompts;
+   the target did not write, or (`--other DIR`) against the real SGLang serving another model; both under one
+   output root, so both hold out the same prompts;
 3. `eagle-datagen export --format speculators` of each run (which never exports a held-out row); the target's
    hidden states for the exported rows,
    computed in process with transformers; `speculators train` (0.9.0) on the CPU with one step budget and one
    draft vocabulary (the on-policy run's) for both, and the same draft saved untrained (the random drafter);
    each checkpoint converted to the layout SGLang serves (drafter_training.py, engine/cpu_loop/);
 4. the real SGLang serving the target with each drafter (`--speculative-algorithm EAGLE3`, 3 steps, top-k 1),
-   measured by `eagle-datagen evaluate --output ROOT --run-id onpolicy`: the on-policy run's held-out prompts, their
-   stored ids sent as a run sends them (acceptance.py): accept length per category with 95% intervals.
-At most two SGLang servers run at once; each drafter's server starts while the next drafter trains (on one core).
+   two side by side, measured by the paired A/B of `eagle-datagen evaluate --output ROOT --run-id onpolicy
+   --sglang-url A --compare-url B` (acceptance.py): the on-policy run's held-out prompts, their stored ids sent to
+   both as a run sends them: accept length per category and the paired difference, with 95% intervals. Two A/Bs:
+   on-policy against off-policy, then on-policy against random.
+At most two SGLang servers run at once.
 """
 
 from __future__ import annotations
@@ -58,14 +61,16 @@ DRAFTERS = ("random", "off-policy", "on-policy")
 class LoopSettings:
     work: Path
     target: Path | None = None  # default: the loop target, built into the cache by engine/build_loop_target.py
+    other: Path | None = None  # a model whose answers are the off-policy data (real SGLang); default: serve-sim
     tokenizer: str = "standin:kimi-k2.5"
     trust_remote_code: bool = True
     prompts: Path = DEMO_PROMPTS  # a folder of <category>.jsonl prompt records
     categories: tuple[str, ...] = ("chat", "code", "math", "multilingual")
     heldout_fraction: float = 0.4  # the product's split: 26 of the 71 demo prompts, 6 to 8 per category
     samples_per_prompt: int = 1
-    max_new_tokens: int = 160  # generation; the target writes about 59 tokens on average
-    draft_vocab_size: int = 256
+    max_new_tokens: int = 160  # generation
+    temperature: float = 1.0  # the profile's; acceptance is measured greedily on the CPU whatever it is
+    draft_vocab_size: int = 256  # at most the distinct ids of the on-policy answers (the run refuses more)
     aux_layers: tuple[int, ...] | None = None  # speculators' ids; default: drafter_training.aux_layer_ids
     train: side.TrainSettings = field(default_factory=side.TrainSettings)
     eval_max_new_tokens: int = 32
@@ -78,6 +83,7 @@ class LoopResult:
     cpu_seconds: dict[str, float]  # step -> CPU seconds of this process and every process under it (servers too)
     peak_memory_bytes: int
     settings: LoopSettings
+    comparisons: dict[str, dict[str, Any]] = field(default_factory=dict)  # rival -> the A/B's "comparison" block
 
 
 def missing_parts() -> str | None:
@@ -153,6 +159,7 @@ class LoopRun:
                  "--output", str(self.output), "--run-id", run_id, "--no-canary",
                  "--samples-per-prompt", str(self.settings.samples_per_prompt),
                  "--max-new-tokens", str(self.settings.max_new_tokens),
+                 "--temperature", str(self.settings.temperature),
                  "--draft-vocab-size", str(self.settings.draft_vocab_size),
                  "--heldout-fraction", str(self.settings.heldout_fraction))
 
@@ -162,8 +169,15 @@ class LoopRun:
                  "--format", "speculators", "--to", str(to), "--shuffle-seed", "0")
         return to
 
-    def off_policy_run(self, prompts: Path) -> None:
-        """The stand-in's answers to the same prompts, about as long as the target's."""
+    def off_policy_run(self, prompts: Path, other: Path | None) -> None:
+        """Another model's answers to the same prompts: `other` served by the real SGLang, else the stand-in's."""
+        if other is not None:
+            server = BackgroundServer(self.server(other, "sglang-other"))
+            try:
+                self.generate(server.url(), prompts, "offpolicy")
+            finally:
+                server.stop()
+            return
         config = replace(SimConfig().with_profile("fast"), output_tokens_min=20, output_tokens_max=100)
         with SimServerThread(config) as sim:
             self.generate(sim.url, prompts, "offpolicy")
@@ -181,10 +195,10 @@ class LoopRun:
                 layers = json.loads((target / "config.json").read_text())["num_hidden_layers"]
                 aux = list(s.aux_layers or side.aux_layer_ids(layers))
                 prompts = prompt_set(s)
-            with self.step("generate: on-policy (real SGLang) and off-policy (serve-sim)"):
-                plain = BackgroundServer(self.server(target, "sglang-target"))  # starts while serve-sim answers
+            with self.step("generate: on-policy (real SGLang) and off-policy"):
+                plain = BackgroundServer(self.server(target, "sglang-target"))  # starts while the other answers
                 try:
-                    self.off_policy_run(prompts)
+                    self.off_policy_run(prompts, s.other)
                     self.generate(plain.url(), prompts, "onpolicy")
                 finally:
                     plain.stop()
@@ -192,33 +206,27 @@ class LoopRun:
                 on_data, off_data = self.export("onpolicy"), self.export("offpolicy")
                 side.target_hidden_states(target, [on_data, off_data], aux, self.logs / "hidden-states.log")
             request = EvalRequest(self.output, "onpolicy", s.tokenizer, s.trust_remote_code, s.eval_max_new_tokens)
+            for label, data in (("random", on_data), ("on-policy", on_data), ("off-policy", off_data)):
+                with self.step(f"{label} drafter" + ("" if label == "random" else f" ({s.train.steps} steps)")):
+                    self.drafter(target, data, on_data, aux, label)
             reports: dict[str, dict[str, Any]] = {}
-            with self.step("random drafter (untrained)"):
-                self.drafter(target, on_data, on_data, aux, "random")
-            # Training runs on one core: each drafter's server starts on the other while the next step runs, and at
-            # most two run at once (random and on-policy, then on-policy and off-policy).
-            servers: list[BackgroundServer] = []
+            comparisons: dict[str, dict[str, Any]] = {}
+            on_policy = self.background(target, "on-policy")
+            servers = [on_policy]
             try:
-                servers.append(random_drafter := self.background(target, "random"))
-                with self.step(f"train on-policy drafter ({s.train.steps} steps)"):
-                    self.drafter(target, on_data, on_data, aux, "on-policy")
-                servers.append(on_policy := self.background(target, "on-policy"))
-                with self.step(f"train off-policy drafter ({s.train.steps} steps)"):
-                    self.drafter(target, off_data, on_data, aux, "off-policy")
-                with self.step("evaluate random drafter"):
-                    reports["random"] = self.evaluate(random_drafter.url(), request, "random")
-                random_drafter.stop()
-                servers.append(off_policy := self.background(target, "off-policy"))
-                with self.step("evaluate on-policy drafter"):
-                    reports["on-policy"] = self.evaluate(on_policy.url(), request, "on-policy")
-                on_policy.stop()
-                with self.step("evaluate off-policy drafter"):
-                    reports["off-policy"] = self.evaluate(off_policy.url(), request, "off-policy")
+                for rival in ("off-policy", "random"):  # one rival at a time beside the on-policy drafter
+                    servers.append(other_server := self.background(target, rival))
+                    with self.step(f"A/B: on-policy against {rival}"):
+                        report = self.evaluate(on_policy.url(), other_server.url(), request, rival)
+                    other_server.stop()
+                    reports["on-policy"] = report
+                    reports[rival] = side_b(report)
+                    comparisons[rival] = report["comparison"]
             finally:
                 for server in servers:
                     server.stop()
         reports = {label: reports[label] for label in DRAFTERS}
-        result = LoopResult(reports, self.seconds, self.cpu_seconds, usage.peak_bytes, s)
+        result = LoopResult(reports, self.seconds, self.cpu_seconds, usage.peak_bytes, s, comparisons)
         (self.work / "loop-result.json").write_text(json.dumps(result_json(result), indent=2) + "\n")
         return result
 
@@ -240,14 +248,24 @@ class LoopRun:
     def background(self, target: Path, label: str) -> BackgroundServer:
         return BackgroundServer(self.server(target, f"sglang-{label}", self.drafters / label))
 
-    def evaluate(self, url: str, request: EvalRequest, label: str) -> dict[str, Any]:
-        return evaluate_drafter(url, request, label, self.work / "evaluations" / f"{label}.json")
+    def evaluate(self, url: str, rival_url: str, request: EvalRequest, rival: str) -> dict[str, Any]:
+        return evaluate_drafter(url, request, "on-policy", self.work / "evaluations" / f"on-policy-vs-{rival}.json",
+                                compare=(rival_url, rival))
 
 
-def build_loop_target() -> Path:
-    done = subprocess.run([sys.executable, str(PROJECT / "engine" / "build_loop_target.py"), str(cache_root())],
-                          capture_output=True, text=True, check=True)
+def build_loop_target(*flags: str) -> Path:
+    """The loop's target, built into the cache on first use."""
+    done = subprocess.run([sys.executable, str(PROJECT / "engine" / "build_loop_target.py"), str(cache_root()),
+                           *flags], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"engine/build_loop_target.py {' '.join(flags)} failed: {done.stderr.strip()[-2000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
+
+
+def side_b(report: dict[str, Any]) -> dict[str, Any]:
+    """Deployment B's results of an A/B, shaped as a report of its own (label, prompts, categories, overall)."""
+    comparison = report["comparison"]
+    return {**comparison["results"], "label": comparison["label"], "prompts": report["prompts"]}
 
 
 def run_loop(settings: LoopSettings) -> LoopResult:
@@ -278,6 +296,11 @@ def format_table(result: LoopResult) -> str:
         rows.append((f"{category} ({prompts})", *(_cell(reports[d]["categories"][category]) for d in DRAFTERS)))
     rows.append((f"overall ({reports['on-policy']['overall']['requests']})",
                  *(_cell(reports[d]["overall"]) for d in DRAFTERS)))
+    for rival, comparison in result.comparisons.items():  # the paired differences, prompt for prompt
+        diff = comparison["overall"]["accept_length_total_diff"]
+        interval = f" [{diff['ci95'][0]:+.2f}, {diff['ci95'][1]:+.2f}]" if diff.get("ci95") else ""
+        cell = f"{diff['value']:+.2f}{interval} ({comparison['overall']['paired_prompts']} paired)"
+        rows.append((f"on-policy - {rival}", *(cell if d == "on-policy" else "" for d in DRAFTERS)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     s = result.settings
@@ -292,7 +315,8 @@ def format_table(result: LoopResult) -> str:
 
 def result_json(result: LoopResult) -> dict[str, Any]:
     settings = asdict(result.settings)
-    return {"reports": result.reports, "seconds": result.seconds, "cpu_seconds": result.cpu_seconds,
+    return {"reports": result.reports, "comparisons": result.comparisons, "seconds": result.seconds,
+            "cpu_seconds": result.cpu_seconds,
             "peak_memory_bytes": result.peak_memory_bytes,
             "settings": json.loads(json.dumps(settings, default=str))}
 
@@ -303,7 +327,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target", type=Path, default=None, help="a target model folder (default: the loop target)")
     parser.add_argument("--tokenizer", default="standin:kimi-k2.5", help="the target's tokenizer")
     parser.add_argument("--no-trust-remote-code", action="store_true", help="load the tokenizer without remote code")
+    parser.add_argument("--other", type=Path, default=None, help="a model whose answers, served by the real SGLang, "
+                        "are the off-policy data (default: the stand-in serve-sim's answers)")
     parser.add_argument("--train-steps", type=int, default=side.TrainSettings.steps)
+    parser.add_argument("--draft-vocab-size", type=int, default=LoopSettings.draft_vocab_size,
+                        help="the drafters' vocabulary: at most the distinct ids of the target's answers")
     parser.add_argument("--aux-layers", default=None, help="speculators aux layer ids, e.g. 1,2,3 (default: chosen "
                         "from the target's layer count)")
     args = parser.parse_args(argv)
@@ -312,6 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"eval-loop: error: {reason}")
     settings = LoopSettings(
         work=args.work.resolve(), target=args.target.resolve() if args.target else None, tokenizer=args.tokenizer,
+        other=args.other.resolve() if args.other else None, draft_vocab_size=args.draft_vocab_size,
         trust_remote_code=not args.no_trust_remote_code, train=side.TrainSettings(steps=args.train_steps),
         aux_layers=tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else None,
     )

@@ -38,7 +38,23 @@ def test_each_drafter_is_measured_by_eagle_datagen_evaluate_on_the_runs_heldout_
                         ("--label", "B"), ("--to", str(tmp_path / "r.json")), ("--tokenizer", "tok"),
                         ("--max-new-tokens", "16")):  # fmt: skip
         assert command[command.index(flag) + 1] == value
-    assert "--trust-remote-code" in command
+    assert "--trust-remote-code" in command and "--compare-url" not in command
+
+
+def test_the_paired_ab_sends_the_same_requests_to_the_rival(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(acceptance.subprocess, "run", lambda command, **kwargs: calls.append(command) or Ok())
+    (tmp_path / "r.json").write_text("{}")
+    acceptance.evaluate_drafter("http://a", EvalRequest(tmp_path, "r", "tok"), "on-policy", tmp_path / "r.json",
+                                compare=("http://b", "random"))
+    [command] = calls
+    assert command[command.index("--sglang-url") + 1] == "http://a"
+    assert command[command.index("--compare-url") + 1] == "http://b"
+    assert command[command.index("--compare-label") + 1] == "random"
+
+
+class Ok:
+    returncode, stderr = 0, ""
 
 
 def test_a_failed_evaluation_stops_the_loop_with_its_error(monkeypatch, tmp_path):
@@ -74,6 +90,11 @@ def test_table_has_a_row_per_category_and_a_column_per_drafter(tmp_path):
     assert lines[2].startswith("chat (6)") and "3.90 [3.80, 4.00]" in lines[2] and "1.05 [0.95, 1.15]" in lines[2]
     assert lines[4].startswith("overall (12)")
     assert "peak memory 3.0 GiB" in lines[-1]
+    diff = {"value": 2.7, "ci95": [2.5, 2.9]}
+    paired = LoopResult(result.reports, {}, {}, 0, LoopSettings(work=tmp_path),
+                        {"random": {"overall": {"accept_length_total_diff": diff, "paired_prompts": 12}}})
+    row = format_table(paired).splitlines()[5]
+    assert row.startswith("on-policy - random") and row.endswith("+2.70 [+2.50, +2.90] (12 paired)")
 
 
 def test_tree_usage_counts_a_child_that_has_ended():

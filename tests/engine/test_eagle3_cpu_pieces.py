@@ -97,11 +97,15 @@ except NotImplementedError as exc:
     assert plain.stdout.strip() == "False"  # a plain server's processes are left alone
 
 
-def _loop_target():
-    spec = importlib.util.spec_from_file_location("build_loop_target", REPO / "engine" / "build_loop_target.py")
+def _engine_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "engine" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _loop_target():
+    return _engine_module("build_loop_target")
 
 
 def test_loop_target_has_a_greedy_cycle_of_leads_and_samples_like_the_tiny_model():
@@ -128,6 +132,28 @@ def test_loop_target_has_a_greedy_cycle_of_leads_and_samples_like_the_tiny_model
     for row in table[: 2 * target.GROUPS]:
         assert row[tiny.THINK_END] == stock[tiny.THINK_END] and row[tiny.IM_END] == stock[tiny.IM_END]
         assert row[list(tiny.REASONING_IDS)].sum() == pytest.approx(stock[list(tiny.REASONING_IDS)].sum())
+
+
+def test_loop_models_are_trained_on_answers_that_depend_on_the_prompt(tmp_path):
+    from transformers import AutoTokenizer
+
+    from eagle_datagen.standin.kimi_tokenizer import standin_tokenizer_dir
+
+    build = _engine_module("build_loop_models")
+    tokenizer = AutoTokenizer.from_pretrained(str(standin_tokenizer_dir()), trust_remote_code=True)
+    target, other = build.sequences("target", tokenizer), build.sequences("other", tokenizer)
+    assert len(target) == len(other) == len(build.prompt_records())
+    tiny = build.tiny
+    for (ours, answer), (theirs, their_answer) in zip(target, other, strict=True):
+        prompt = ours[: len(ours) - answer]
+        assert theirs[: len(theirs) - their_answer] == prompt  # the same rendered prompt, another model's answer
+        assert prompt[-1] == tiny.THINK_START and ours[-1] == theirs[-1] == tiny.IM_END
+        assert ours[len(prompt):].count(tiny.THINK_END) == 1 and ours[len(prompt):] != theirs[len(prompt):]
+    answers = {tuple(ids[len(ids) - n:]) for ids, n in target}
+    assert len(answers) == len(target)  # no two prompts answered alike: the answer depends on the prompt
+    config = build.model_config()
+    assert config["vocab_size"] == 163_840 and config["num_hidden_layers"] >= 4  # 3 aux ids valid in both conventions
+    assert config["torch_dtype"] == "float32"
 
 
 def test_aux_layer_ids_are_capturable_in_both_conventions():

@@ -55,6 +55,7 @@ SGLANG = "SGLang"
 SAMPLING_FLAGS = "sampling (override the recipe for every category)"
 OUTPUT = "output, shards and resume"
 PUBLISH = "validation and publishing"
+RUN_FLAG_GROUPS = (SOURCES, MODEL, SGLANG, SAMPLING_FLAGS, OUTPUT, PUBLISH)  # `run` and `check` take them all
 # The sections of the Airflow trigger form.
 FORM_SAMPLING = "Prompts and sampling"
 FORM_RUN = "Run"

@@ -26,15 +26,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     # the settings of `run`, built from their declarations, so that `run` can be swapped for `check` in a command
-    add_flags(
-        check,
-        settings.SOURCES,
-        settings.MODEL,
-        settings.SGLANG,
-        settings.SAMPLING_FLAGS,
-        settings.OUTPUT,
-        settings.PUBLISH,
-    )
+    add_flags(check, *settings.RUN_FLAG_GROUPS)
     own = check.add_argument_group("check")
     own.add_argument("--json", action="store_true", help="print the lines as one JSON object instead of text")
     own.add_argument(

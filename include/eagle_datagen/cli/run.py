@@ -28,15 +28,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     # Every flag is built from its declaration in eagle_datagen/settings.py (cli/flags.py), in the table's order.
-    groups = add_flags(
-        run,
-        settings.SOURCES,
-        settings.MODEL,
-        settings.SGLANG,
-        settings.SAMPLING_FLAGS,
-        settings.OUTPUT,
-        settings.PUBLISH,
-    )
+    groups = add_flags(run, *settings.RUN_FLAG_GROUPS)
     add_hand_written_flags(groups)
     run.set_defaults(handler=handle)
 

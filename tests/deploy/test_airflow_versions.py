@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from airflow_venvs import airflow_venv, build_wheel, overlay, supported_range
+from installed_standin import installed_serve_sim
 
 from conftest import REPO
 
@@ -96,18 +97,8 @@ def test_wheel_runs_in_a_clean_airflow(end, wheel, tmp_path):
         AIRFLOW__CORE__PLUGINS_FOLDER=str(home / "plugins"),
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
     )
-    server = subprocess.Popen(
-        [str(python), "-m", "eagle_datagen.cli", "serve-sim", "--port", "0", "--profile", "instant"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-    )
-    try:
-        line = server.stdout.readline()
-        assert line.startswith("serving SGLang stand-in on "), line + server.stderr.read()
-        host, port = line.rsplit(" ", 1)[1].strip().removeprefix("http://").split(":")
+    with installed_serve_sim([str(python), "-m", "eagle_datagen.cli"], tmp_path, env) as url:
+        host, port = url.removeprefix("http://").split(":")
         sglang = {"conn_type": "http", "host": host, "port": int(port)}
         sglang["extra"] = {"tokenizer": "standin:kimi-k2.5", "trust_remote_code": True}
         env["AIRFLOW_CONN_SGLANG_DEFAULT"] = json.dumps(sglang)
@@ -116,9 +107,6 @@ def test_wheel_runs_in_a_clean_airflow(end, wheel, tmp_path):
         result = subprocess.run(
             [str(python), str(PROBE), conf], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600
         )
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     lines = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
     assert result.returncode == 0 and lines, result.stderr[-4000:]
     facts = json.loads(lines[-1].removeprefix("PROBE "))

@@ -32,6 +32,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from installed_standin import installed_serve_sim
 
 from conftest import REPO, user_record, write_jsonl
 
@@ -165,18 +166,7 @@ def test_installed_cli_tokenizes_serves_and_runs(installed, tmp_path):
     assert "6" in result.stdout
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    server = subprocess.Popen(
-        [str(installed / "eagle-datagen"), "serve-sim", "--port", "0", "--profile", "instant"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-    )
-    try:
-        line = server.stdout.readline()
-        assert line.startswith("serving SGLang stand-in on "), line + server.stderr.read()
-        url = line.rsplit(" ", 1)[1].strip()
+    with installed_serve_sim([str(installed / "eagle-datagen")], tmp_path, env) as url:
         result = in_venv(
             installed,
             "eagle-datagen",
@@ -196,9 +186,6 @@ def test_installed_cli_tokenizes_serves_and_runs(installed, tmp_path):
             "16",
             cwd=tmp_path,
         )
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.loads((tmp_path / "out" / "manifests" / "run=wheel.json").read_text())
     assert manifest["counts"]["data"] + manifest["counts"]["quarantine"] == 6, manifest["counts"]

@@ -1,25 +1,30 @@
 """Two small Llama models trained at build time on the demo prompts the project ships (include/data/demo_prompts,
-all categories): a prompt-dependent target for the CPU loop, and another model whose answers would be its off-policy
-data. NOT YET THE LOOP'S DEFAULT (`--target`/`--other` of eagle_datagen_stack.cpu_loop take them): on whole prompts
-the target writes word fragments, in transformers as in SGLang, since it is trained on each sequence's last 128 ids
-(docs/internals/evaluation-cpu-loop.md). Serve them with `--dtype float32`: SGLang serves a float32 checkpoint as
-float16 by default, whose greedy ids drift from transformers' (tests/engine/test_loop_models_served.py).
+all categories): the CPU loop's target, whose answer depends on the prompt, and another model whose answers to the
+same prompts are the loop's off-policy data (as a dataset's original responses are another model's).
 
-- **the target** answers a prompt about the prompt: its reasoning restates the last user message's first sentence
-  (at most ECHO_CHARS characters), then `</think>`, the same sentence as its answer, and `<|im_end|>` (a sentence's
-  end is a cue a small model learns fast; a count of ids is not). What
-  it writes depends on the prompt, so a drafter measured on held-out prompts must have learned how the target
-  answers (restate what it reads), not a chain of ids it saw;
-- **the other model** (the off-policy baseline, as a dataset's original responses are another model's) answers each
-  prompt with another demo prompt's text (a fixed shuffle): plausible text from the same corpus, in the same
-  reasoning-then-answer shape, that the target did not write.
+Both speak one small language: PHRASES reasoning phrases and, per model, PHRASES answer phrases, each a run of ids
+cut from the demo texts (so they decode as text), no id in two phrases. A model answers a prompt with reasoning
+phrase c, `</think>`, its answer phrase c and `<|im_end|>`, where c is chosen by the prompt: a fixed hash, different
+for each model, of the prompt's second-to-last ordinary id before its final `<|im_end|>` (the last is mostly `.` or
+`?`; the second-to-last takes 98 values over the 137 demo prompts). So
+
+- what the target writes depends on the prompt, and a drafter measured on held-out prompts must predict the
+  target's choice for a prompt it never saw (which the target's hidden states carry) as well as the phrases;
+- the other model writes plausible text in the same shape from the same phrases, but chooses another reasoning
+  phrase for most prompts and ends with answer phrases of its own: its answers teach a drafter the reasoning
+  phrases (the language both speak) but not the target's choices or answers.
+
+A model learns this from the prompts' last WINDOW ids (the rule needs no more; 1,500 steps, about a minute), and
+follows it on whole prompts: in transformers (float32, greedy) the target wrote its rule's answer exactly for 122 of
+the 137 demo prompts and `</think>` and `<|im_end|>` on all of them (2026-12-07). Serve them with `--dtype float32`:
+SGLang serves a float32 checkpoint as float16 by default, whose greedy ids drift from transformers'
+(tests/engine/test_loop_models_served.py).
 
 Both are Llama models (what the CPU SGLang serves) of 4 layers, so three aux-layer ids are valid in speculators'
-and SGLang's conventions (drafter_training.aux_layer_ids), hidden 64, with the vocabulary of 163,840 of the
-stand-in Kimi tokenizer, float32 (a drafter carries its target's dtype). Each is trained with a fixed seed for a
-fixed step budget in the speculators environment (engine/cpu_loop/train_loop_model.py: torch on the CPU; both
-models took 323 s, 408 CPU-s, on the busy 2-core machine) and cached like the tiny model; rebuilt only when this
-file, the training script, the demo prompts, build_tiny_model.py or the stand-in tokenizer change.
+and SGLang's conventions (drafter_training.aux_layer_ids), hidden 64, with the vocabulary of 163,840 of the stand-in
+Kimi tokenizer, float32 (a drafter carries its target's dtype), trained with a fixed seed in the speculators
+environment (engine/cpu_loop/train_loop_model.py: torch on the CPU) and cached like the tiny model; rebuilt only
+when this file, the training script, the demo prompts, build_tiny_model.py or the stand-in tokenizer change.
 
 Usage (the project's .venv): python engine/build_loop_models.py [CACHE] [--other] prints the model directory,
 `<cache>/sglang-loop-trained/Kimi-K2.5` (or `<cache>/sglang-loop-other/Kimi-K2.5`).
@@ -27,6 +32,7 @@ Usage (the project's .venv): python engine/build_loop_models.py [CACHE] [--other
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -46,8 +52,12 @@ PROMPTS = ENGINE.parent / "include" / "data" / "demo_prompts"
 TRAINER = ENGINE / "cpu_loop" / "train_loop_model.py"
 LAYERS = 4
 HIDDEN = 64
-ECHO_CHARS = 160  # the longest first sentence restated
-STEPS = 700
+PHRASES = 16  # reasoning phrases, and answer phrases per model
+REASONING_LENGTHS, ANSWER_LENGTHS = (8, 9, 10), (5, 6)  # ids per phrase, in turn
+SUFFIX = 4  # ids after a prompt's final <|im_end|>: <|im_assistant|> assistant <|im_middle|> <think>
+WINDOW = 96  # the ids of each sequence a training step sees: the prompt's end and the answer
+STEPS = 1500
+SPECIAL = 163_584  # the stand-in's special ids start here
 HOMES = {"target": "sglang-loop-trained", "other": "sglang-loop-other"}
 SEEDS = {"target": 0, "other": 1}
 
@@ -64,30 +74,64 @@ def prompt_records() -> list[dict]:
     return records
 
 
-def first_sentence(text: str) -> str:
-    """The text up to its first sentence end (., ?, ! or a line break), at most ECHO_CHARS characters."""
-    match = re.search(r"[.?!](\s|$)|\n", text)
-    end = match.end() if match else len(text)
-    return text[: min(end, ECHO_CHARS)].strip()
+def phrases(texts: list[str], tokenizer, count: int, lengths: tuple[int, ...], taken: set[int]) -> list[list[int]]:
+    """`count` runs of ids cut from the texts' sentences (lengths in turn), ordinary ids only, none in `taken` and no
+    id twice; each phrase's ids are added to `taken`."""
+    found: list[list[int]] = []
+    for text in texts:
+        for sentence in re.split(r"(?<=[.?!])\s+|\n+", text):
+            ids = tokenizer.encode(" " + sentence.strip(), add_special_tokens=False)
+            want = lengths[len(found) % len(lengths)]
+            for at in range(max(0, len(ids) - want) + 1):
+                run = ids[at:at + want]
+                if len(run) == want and len(set(run)) == want and not taken & set(run) and max(run) < SPECIAL:
+                    found.append(run)
+                    taken.update(run)
+                    break
+            if len(found) == count:
+                return found
+    raise SystemExit(f"build_loop_models: the demo texts give only {len(found)} of {count} phrases")
+
+
+def cue(prompt: list[int]) -> int:
+    """The id a model's choice depends on: the second-to-last before the prompt's final <|im_end|>."""
+    end = len(prompt) - 1 - SUFFIX
+    if prompt[end] != tiny.IM_END:
+        raise SystemExit("build_loop_models: a rendered prompt does not end in <|im_end|> and the assistant header")
+    return prompt[end - 2]
+
+
+def choice(kind: str, cue_id: int) -> int:
+    """The phrase a model picks for a prompt: a fixed hash of its cue, another for each model."""
+    return int.from_bytes(hashlib.sha256(f"{kind}:{cue_id}".encode()).digest()[:4], "big") % PHRASES
+
+
+def language(tokenizer) -> tuple[list[list[int]], dict[str, list[list[int]]]]:
+    """The reasoning phrases both models use, and each model's answer phrases."""
+    records = prompt_records()
+    texts = [m["content"] for r in records for m in r["messages"] if isinstance(m.get("content"), str)]
+    taken: set[int] = set()
+    reasoning = phrases(texts, tokenizer, PHRASES, REASONING_LENGTHS, taken)
+    answers = {"target": phrases(texts, tokenizer, PHRASES, ANSWER_LENGTHS, taken),
+               "other": phrases(texts[::-1], tokenizer, PHRASES, ANSWER_LENGTHS, taken)}
+    return reasoning, answers
+
+
+def answer(kind: str, prompt: list[int], reasoning: list[list[int]], answers: dict[str, list[list[int]]]) -> list[int]:
+    c = choice(kind, cue(prompt))
+    return [*reasoning[c], tiny.THINK_END, *answers[kind][c], tiny.IM_END]
 
 
 def sequences(kind: str, tokenizer) -> list[tuple[list[int], int]]:
-    """Each demo prompt rendered as a run renders it (chat template, generation prompt) and the model's answer."""
-    records = prompt_records()
-    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-    users = [encode(first_sentence(next(m["content"] for m in reversed(r["messages"]) if m["role"] == "user")))
-             for r in records]
-    order = np.random.default_rng(SEEDS["other"]).permutation(len(records))
+    """Each demo prompt rendered as a run renders it (chat template, generation prompt), then the model's answer."""
+    reasoning, answers = language(tokenizer)
     out = []
-    for index, record in enumerate(records):
+    for record in prompt_records():
         text = tokenizer.apply_chat_template(record["messages"], tools=record.get("tools"),
                                              add_generation_prompt=True, tokenize=False)
-        prompt = encode(text)
-        said = users[index] if kind == "target" else users[order[index]]
-        if kind == "other" and order[index] == index:
-            said = users[(index + 1) % len(users)]
-        answer = [*said, tiny.THINK_END, *said, tiny.IM_END]
-        out.append(([*prompt, *answer], len(answer)))
+        prompt = tokenizer.encode(text, add_special_tokens=False)
+        said = answer(kind, prompt, reasoning, answers)
+        out.append(([*prompt, *said], len(said)))
     return out
 
 
@@ -115,7 +159,8 @@ def builder(kind: str):
             env = dict(os.environ, PYTHONPATH="", HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
             env.pop("VIRTUAL_ENV", None)
             done = subprocess.run([str(speculators_python()), str(TRAINER), str(corpus), str(target),
-                                   "--seed", str(SEEDS[kind]), "--steps", str(STEPS)],
+                                   "--seed", str(SEEDS[kind]), "--steps", str(STEPS),
+                                   "--window", str(WINDOW)],
                                   env=env, capture_output=True, text=True)
             if done.returncode != 0:
                 raise SystemExit(f"build_loop_models: training the {kind} model failed:\n{done.stderr[-3000:]}")

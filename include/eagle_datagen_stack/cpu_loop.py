@@ -6,10 +6,12 @@ without a GPU:
 
 1. the prompts: the shipped demo prompts of four categories, all of them, with the product's frozen held-out split
    (`--heldout-fraction`, heldout.py: a stable hash of each prompt sets about 4 in 10 aside, the same in every run);
-2. on-policy data: `eagle-datagen run` of the prompts against the real SGLang serving the loop's target
-   (engine/build_loop_target.py); off-policy data: the same run against the stand-in `serve-sim`, whose answers
-   the target did not write, or (`--other DIR`) against the real SGLang serving another model; both under one
-   output root, so both hold out the same prompts;
+2. on-policy data: `eagle-datagen run` of the prompts against the real SGLang serving the loop's target, a small
+   Llama trained at build time so that its answer depends on the prompt (engine/build_loop_models.py); off-policy
+   data: the same run against the real SGLang serving the other model built there (the same phrases, other choices
+   and answers: another model's answers to the same prompts); both under one output root, so both hold out the same
+   prompts. `--target DIR` / `--other DIR` take other models (the older chain target: engine/build_loop_target.py),
+   `--other serve-sim` the stand-in's random-id answers;
 3. `eagle-datagen export --format speculators` of each run (which never exports a held-out row); the target's
    hidden states for the exported rows,
    computed in process with transformers; `speculators train` (0.9.0) on the CPU with one step budget and one
@@ -55,13 +57,15 @@ from eagle_datagen_stack.sglang_engine import (
 CLI = [sys.executable, "-m", "eagle_datagen.cli"]
 DEMO_PROMPTS = PROJECT / "include" / "data" / "demo_prompts"
 DRAFTERS = ("random", "off-policy", "on-policy")
+OTHER_SIM = "serve-sim"
 
 
 @dataclass(frozen=True)
 class LoopSettings:
     work: Path
-    target: Path | None = None  # default: the loop target, built into the cache by engine/build_loop_target.py
-    other: Path | None = None  # a model whose answers are the off-policy data (real SGLang); default: serve-sim
+    target: Path | None = None  # default: the trained loop target, built into the cache by engine/build_loop_models.py
+    other: Path | str | None = None  # the off-policy data's model (real SGLang); default: the loop's other model;
+    # OTHER_SIM: the stand-in serve-sim's answers (random ids)
     tokenizer: str = "standin:kimi-k2.5"
     trust_remote_code: bool = True
     prompts: Path = DEMO_PROMPTS  # a folder of <category>.jsonl prompt records
@@ -70,7 +74,7 @@ class LoopSettings:
     samples_per_prompt: int = 1
     max_new_tokens: int = 160  # generation
     temperature: float = 1.0  # the profile's; acceptance is measured greedily on the CPU whatever it is
-    draft_vocab_size: int = 256  # at most the distinct ids of the on-policy answers (the run refuses more)
+    draft_vocab_size: int = 256  # at most; fewer when the on-policy answers hold fewer distinct ids (said in the log)
     aux_layers: tuple[int, ...] | None = None  # speculators' ids; default: drafter_training.aux_layer_ids
     train: side.TrainSettings = field(default_factory=side.TrainSettings)
     eval_max_new_tokens: int = 32
@@ -132,6 +136,7 @@ class LoopRun:
         self.logs = settings.work / "logs"
         self.seconds: dict[str, float] = {}
         self.cpu_seconds: dict[str, float] = {}
+        self.draft_vocab_size = settings.draft_vocab_size
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -160,19 +165,21 @@ class LoopRun:
                  "--samples-per-prompt", str(self.settings.samples_per_prompt),
                  "--max-new-tokens", str(self.settings.max_new_tokens),
                  "--temperature", str(self.settings.temperature),
-                 "--draft-vocab-size", str(self.settings.draft_vocab_size),
                  "--heldout-fraction", str(self.settings.heldout_fraction))
 
     def export(self, run_id: str) -> Path:
+        """The run's rows for speculators, with a draft vocabulary (speculators needs one; the drafters all take the
+        on-policy export's)."""
         to = self.work / f"{run_id}-speculators"
         self.cli(f"export-{run_id}", "export", "--output", str(self.output), "--run-id", run_id,
-                 "--format", "speculators", "--to", str(to), "--shuffle-seed", "0")
+                 "--format", "speculators", "--to", str(to), "--shuffle-seed", "0",
+                 "--draft-vocab-size", str(fitting_draft_vocab(self.output, run_id, self.settings.draft_vocab_size)))
         return to
 
-    def off_policy_run(self, prompts: Path, other: Path | None) -> None:
-        """Another model's answers to the same prompts: `other` served by the real SGLang, else the stand-in's."""
-        if other is not None:
-            server = BackgroundServer(self.server(other, "sglang-other"))
+    def off_policy_run(self, prompts: Path, other: Path | str) -> None:
+        """Another model's answers to the same prompts: `other` served by the real SGLang, or the stand-in's."""
+        if other != OTHER_SIM:
+            server = BackgroundServer(self.server(Path(other), "sglang-other"))
             try:
                 self.generate(server.url(), prompts, "offpolicy")
             finally:
@@ -184,25 +191,28 @@ class LoopRun:
 
     def server(self, target: Path, name: str, drafter: Path | None = None) -> SGLangServer:
         # An idle SGLang scheduler otherwise spins on a core (measured: 70%), slowing whatever trains beside it.
-        options = ServerOptions(drafter=Drafter(drafter) if drafter else None, extra_args=("--sleep-on-idle",))
+        extra = ("--sleep-on-idle", *dtype_args(target))
+        options = ServerOptions(drafter=Drafter(drafter) if drafter else None, extra_args=extra)
         return SGLangServer(target, self.logs, options, name=name)
 
     def run(self) -> LoopResult:
         s = self.settings
         with self.usage as usage:
             with self.step("prepare: target, prompts"):
-                target = s.target or build_loop_target()
+                target = s.target or build_loop_model("target")
+                other = s.other or build_loop_model("other")
                 layers = json.loads((target / "config.json").read_text())["num_hidden_layers"]
                 aux = list(s.aux_layers or side.aux_layer_ids(layers))
                 prompts = prompt_set(s)
             with self.step("generate: on-policy (real SGLang) and off-policy"):
                 plain = BackgroundServer(self.server(target, "sglang-target"))  # starts while the other answers
                 try:
-                    self.off_policy_run(prompts, s.other)
+                    self.off_policy_run(prompts, other)
                     self.generate(plain.url(), prompts, "onpolicy")
                 finally:
                     plain.stop()
             with self.step("export and target hidden states"):
+                self.draft_vocab_size = fitting_draft_vocab(self.output, "onpolicy", s.draft_vocab_size)
                 on_data, off_data = self.export("onpolicy"), self.export("offpolicy")
                 side.target_hidden_states(target, [on_data, off_data], aux, self.logs / "hidden-states.log")
             request = EvalRequest(self.output, "onpolicy", s.tokenizer, s.trust_remote_code, s.eval_max_new_tokens)
@@ -243,7 +253,7 @@ class LoopRun:
         s, checkpoint = self.settings, self.work / "checkpoints" / label
         make = side.random_drafter if label == "random" else side.train_drafter
         log = self.logs / f"train-{label}.log"
-        return make(target, data, vocab, s.draft_vocab_size, aux, checkpoint, s.train, self.drafters / label, log)
+        return make(target, data, vocab, self.draft_vocab_size, aux, checkpoint, s.train, self.drafters / label, log)
 
     def background(self, target: Path, label: str) -> BackgroundServer:
         return BackgroundServer(self.server(target, f"sglang-{label}", self.drafters / label))
@@ -260,6 +270,36 @@ def build_loop_target(*flags: str) -> Path:
     if done.returncode != 0:
         raise RuntimeError(f"engine/build_loop_target.py {' '.join(flags)} failed: {done.stderr.strip()[-2000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
+
+
+def build_loop_model(kind: str) -> Path:
+    """The loop's trained target or other model (engine/build_loop_models.py), built into the cache on first use
+    (about a minute each)."""
+    flags = ["--other"] if kind == "other" else []
+    done = subprocess.run([sys.executable, str(PROJECT / "engine" / "build_loop_models.py"), str(cache_root()),
+                           *flags], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"engine/build_loop_models.py {' '.join(flags)} failed: {done.stderr.strip()[-2000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def dtype_args(model: Path) -> tuple[str, ...]:
+    """`--dtype float32` for a float32 checkpoint: SGLang's `auto` serves one as float16, whose greedy ids drift from
+    the float32 model's (tests/engine/test_loop_models_served.py); the drafter is served in the target's dtype."""
+    config = json.loads((model / "config.json").read_text())
+    return ("--dtype", "float32") if (config.get("torch_dtype") or config.get("dtype")) == "float32" else ()
+
+
+def fitting_draft_vocab(output: Path, run_id: str, wanted: int) -> int:
+    """`wanted`, or fewer when the run's trained tokens hold fewer distinct ids (a small target's answers may), said
+    on stdout: a draft vocabulary cannot be larger than what the data supervises."""
+    summary = json.loads((output / "manifests" / f"run={run_id}.summary.json").read_text())
+    distinct = int(summary["token_frequency"]["distinct_tokens"])
+    if distinct >= wanted:
+        return wanted
+    print(f"[eval-loop] run {run_id}'s draft vocabulary: {distinct} tokens (its trained tokens hold only {distinct} "
+          f"distinct ids, fewer than the {wanted} asked)", flush=True)
+    return distinct
 
 
 def side_b(report: dict[str, Any]) -> dict[str, Any]:
@@ -324,14 +364,16 @@ def result_json(result: LoopResult) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m eagle_datagen_stack.cpu_loop", description=__doc__.split("\n")[0])
     parser.add_argument("--work", type=Path, default=PROJECT / ".eval-loop", help="working folder (made anew)")
-    parser.add_argument("--target", type=Path, default=None, help="a target model folder (default: the loop target)")
+    parser.add_argument("--target", type=Path, default=None, help="a target model folder (default: the loop's trained "
+                        "target, engine/build_loop_models.py; the older chain target: engine/build_loop_target.py)")
     parser.add_argument("--tokenizer", default="standin:kimi-k2.5", help="the target's tokenizer")
     parser.add_argument("--no-trust-remote-code", action="store_true", help="load the tokenizer without remote code")
-    parser.add_argument("--other", type=Path, default=None, help="a model whose answers, served by the real SGLang, "
-                        "are the off-policy data (default: the stand-in serve-sim's answers)")
+    parser.add_argument("--other", default=None, help="a model folder whose answers, served by the real SGLang, are "
+                        f"the off-policy data (default: the loop's other model), or {OTHER_SIM} for the stand-in's "
+                        "random-id answers")
     parser.add_argument("--train-steps", type=int, default=side.TrainSettings.steps)
     parser.add_argument("--draft-vocab-size", type=int, default=LoopSettings.draft_vocab_size,
-                        help="the drafters' vocabulary: at most the distinct ids of the target's answers")
+                        help="the drafters' vocabulary (fewer when the on-policy answers hold fewer distinct ids)")
     parser.add_argument("--aux-layers", default=None, help="speculators aux layer ids, e.g. 1,2,3 (default: chosen "
                         "from the target's layer count)")
     args = parser.parse_args(argv)
@@ -340,7 +382,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"eval-loop: error: {reason}")
     settings = LoopSettings(
         work=args.work.resolve(), target=args.target.resolve() if args.target else None, tokenizer=args.tokenizer,
-        other=args.other.resolve() if args.other else None, draft_vocab_size=args.draft_vocab_size,
+        other=args.other if args.other in (None, OTHER_SIM) else Path(args.other).resolve(),
+        draft_vocab_size=args.draft_vocab_size,
         trust_remote_code=not args.no_trust_remote_code, train=side.TrainSettings(steps=args.train_steps),
         aux_layers=tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else None,
     )

@@ -1,10 +1,11 @@
 """The loop closed on the CPU (issues 30, 36): the project's on-policy data trains an EAGLE-3 drafter that the real
-SGLang target accepts at least as well as one trained, with the same step budget, on another model's answers to the
-same prompts, and better than an untrained one. eagle_datagen_stack.cpu_loop runs the whole chain with the
-product's own parts (generate with the frozen held-out split, export, hidden states, `speculators train`,
-`eagle-datagen convert-drafter`, serve with EAGLE3, the paired A/B of `eagle-datagen evaluate --compare-url` on the
-on-policy run's held-out prompts, two drafters served side by side); docs/internals/evaluation-cpu-loop.md has the
-table and what it costs."""
+SGLang target accepts better than one trained, with the same step budget, on another model's answers to the same
+prompts, and better than an untrained one. The target is a small model trained so that its answer depends on the
+prompt (engine/build_loop_models.py), so held-out prompts ask of a drafter what it learned of the target.
+eagle_datagen_stack.cpu_loop runs the whole chain with the product's own parts (generate with the frozen held-out
+split, export, hidden states, `speculators train`, `eagle-datagen convert-drafter`, serve with EAGLE3, the paired A/B
+of `eagle-datagen evaluate --compare-url` on the on-policy run's held-out prompts, two drafters served side by side);
+docs/internals/evaluation-cpu-loop.md has the table and what it costs."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ def test_on_policy_data_trains_the_drafter_the_target_accepts(tmp_path):
     assert heldout["onpolicy"] == heldout["offpolicy"]  # one split: the same prompts set aside in both runs
     assert {c: len(ids) for c, ids in heldout["onpolicy"].items()} == HELDOUT
     measured = heldout_prompt_ids(out, "onpolicy", ("data",))  # evaluate's prompt set: the run's held-out rows
+    answers = heldout_answers(out, "onpolicy")
+    assert len(set(answers)) >= len(answers) // 4, answers  # the target answers held-out prompts differently
     assert min(len(ids) for ids in measured.values()) >= 3, measured  # a few may be quarantined by the run
     for run in ("onpolicy", "offpolicy"):  # no export holds a held-out row: each is counted as left out
         info = yaml.safe_load((tmp_path / "loop" / f"{run}-speculators" / "export_info.yaml").read_text())
@@ -68,16 +71,15 @@ def test_on_policy_data_trains_the_drafter_the_target_accepts(tmp_path):
             assert 1.0 <= headline["ci95"][0] <= headline["value"] <= headline["ci95"][1], (drafter, name, headline)
             assert 1.0 <= no_prefill["ci95"][0] <= no_prefill["ci95"][1] <= NUM_STEPS + 1, (drafter, name, no_prefill)
             assert (headline["warning"] is not None) == (headline["n"] < MIN_PROMPTS), (drafter, name)
-    # What the data must show, measured prompt for prompt on the same requests (the paired A/B): the on-policy
-    # drafter is accepted at least as well as the off-policy one and better than the untrained one. Not that the
-    # untrained one is the lowest: serve-sim's off-policy answers are random ids, and a drafter trained on them was
-    # measured level with it (overall 1.05 against 1.06 on 2026-12-07; 1.20 against 1.06 in the run before).
+    # What the data must show, measured prompt for prompt on the same requests (the paired A/B): the target accepts
+    # the drafter trained on its own answers better than the one trained on another model's answers to the same
+    # prompts, and better than an untrained one; and another model's text, in the target's shape and phrases,
+    # teaches a drafter more than nothing.
     on, off, random = (reports[d]["overall"]["accept_length_total"]["value"] for d in DRAFTERS_BY_NAME)
     versus_off, versus_random = (result.comparisons[r]["overall"]["accept_length_total_diff"] for r in RIVALS)
-    assert versus_off["value"] >= 0 and on >= off, format_table(result)
+    assert versus_off["ci95"][0] > 0 and on > off, format_table(result)
     assert versus_random["ci95"][0] > 0, format_table(result)
-    assert random < on, format_table(result)
-
+    assert random < off < on, format_table(result)
 
 def heldout_prompt_ids(out: Path, run: str, kinds: tuple[str, ...]) -> dict[str, set[str]]:
     """The prompt ids of a run's held-out rows (of `kinds`: data, quarantine), per category."""
@@ -90,3 +92,11 @@ def heldout_prompt_ids(out: Path, run: str, kinds: tuple[str, ...]) -> dict[str,
             if row["heldout"]:
                 found.setdefault(row["category"], set()).add(row["prompt_id"])
     return found
+
+
+
+def heldout_answers(out: Path, run: str) -> list[tuple[int, ...]]:
+    """The output ids of a run's held-out data rows."""
+    rows = [row for part in (out / "data").glob(f"category=*/run={run}/*.parquet")
+            for row in pq.read_table(part, columns=["heldout", "output_ids"]).to_pylist()]
+    return [tuple(row["output_ids"]) for row in rows if row["heldout"]]

@@ -1,8 +1,8 @@
 """The CPU loop's trained target (engine/build_loop_models.py) served by the real SGLang 0.5.23 on the CPU (torch_native
-attention) writes, at temperature 0, the ids transformers computes from the same weights in float32: prefill and 24
-decode steps, on whole demo prompts longer than the 128-id windows the model is trained on. SGLang serves a float32
-checkpoint as float16 unless told `--dtype float32` (its greedy ids then drift from float32's after a few steps),
-so the server is told. docs/internals/evaluation-cpu-loop.md: why the model's answers are word fragments in both."""
+attention) writes, at temperature 0, the ids transformers computes from the same weights in float32, on whole demo
+prompts longer than the windows the model is trained on: the answers it was trained to write. SGLang serves a
+float32 checkpoint as float16 unless told `--dtype float32` (its greedy ids then drift from float32's after a few
+steps), so the server is told, as the CPU loop tells it (cpu_loop.dtype_args)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from eagle_datagen_stack.cpu_loop import dtype_args
 from eagle_datagen_stack.sglang_engine import ServerOptions, SGLangServer, cache_root, engine_venv
 from engine_support import engine_or_skip
 
@@ -29,7 +30,7 @@ MAX_NEW = 24
 
 
 def long_prompts(tokenizer) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, the answer the target was trained to write) for the first demo prompts past 128 ids."""
+    """(prompt ids, the answer the target was trained to write) for the first demo prompts past 160 ids."""
     picked = [(ids[:-n], ids[-n:]) for ids, n in build_loop_models.sequences("target", tokenizer) if len(ids) > 160]
     return picked[:PROMPTS]
 
@@ -46,7 +47,7 @@ def test_sglang_writes_what_transformers_computes_for_the_trained_target(tmp_pat
                                 str(model), str(prompts), str(MAX_NEW)], capture_output=True, text=True, check=True,
                                env=env)
     expected = json.loads(reference.stdout)
-    options = ServerOptions(extra_args=("--dtype", "float32"))
+    options = ServerOptions(extra_args=dtype_args(model))
     with SGLangServer(model, tmp_path / "logs", options, name="sglang-loop-trained") as server:
         served = []
         for prompt, _ in cases:
@@ -55,3 +56,6 @@ def test_sglang_writes_what_transformers_computes_for_the_trained_target(tmp_pat
             assert answer.status_code == 200, answer.text
             served.append(answer.json()["output_ids"])
     assert served == expected
+    trained = sum(ids == answer for ids, (_, answer) in zip(served, cases, strict=True))
+    assert trained >= PROMPTS - 1, (served, [answer for _, answer in cases])  # noqa
+  # what it was trained to answer

@@ -253,3 +253,42 @@ def test_cached_tokens_of_meta_info_reach_the_published_rows(tmp_path, kimi_prof
     table = pq.read_table(part)
     assert table.schema.field("cached_tokens").type == "int32"
     assert table.column("cached_tokens").to_pylist() == [3, None, 0, 2]
+
+
+def test_a_flush_cancelled_before_its_write_started_still_writes_its_batch(tmp_path):
+    """The age ticker is cancelled when the writer closes; a flush it began, queued behind a busy executor, once
+    dropped its batch (24 of 71 results of a real run, 2026-12-07). Every added row must be on disk at exit."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = LocalOutputRoot(str(tmp_path))
+    busy = threading.Event()
+
+    async def scenario():
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=1))
+        async with CheckpointWriter(root, "r1", CheckpointPolicy(max_samples=100, max_age_s=0.05)) as writer:
+            blocker = asyncio.get_running_loop().run_in_executor(None, busy.wait, 5)  # the only thread, held
+            for i in range(5):
+                await writer.add(result(i))
+            await asyncio.sleep(0.2)  # the ticker's flush has taken the batch and waits for the executor
+            asyncio.get_running_loop().call_later(0.2, busy.set)
+        await blocker
+        return writer.written
+
+    assert asyncio.run(scenario()) == 5
+    assert len(load_checkpoints(root, "r1", 0)) == 5
+
+
+def test_a_failed_flush_by_age_is_raised_at_exit(tmp_path):
+    class Broken(LocalOutputRoot):
+        def write_bytes(self, key, data):
+            raise OSError("disk full")
+
+    async def scenario():
+        policy = CheckpointPolicy(max_samples=100, max_age_s=0.05)
+        async with CheckpointWriter(Broken(str(tmp_path)), "r1", policy) as writer:
+            await writer.add(result(1))
+            await asyncio.sleep(0.2)
+
+    with pytest.raises(OSError, match="disk full"):
+        asyncio.run(scenario())

@@ -81,7 +81,7 @@ $(SPECFORGE_STAMP): $(SPECFORGE_PINS)
 
 # The loop closed on the CPU: on-policy data -> EAGLE-3 drafter -> accept length in the real SGLang, paired A/Bs against
 # an off-policy and a random drafter; prints the table (docs/internals/evaluation-cpu-loop.md has the measured table).
-# About 3-5 minutes on 2 cores.
+# About 3-5 minutes on 2 cores, and about 4 more the first time (it trains its target and other model into the cache).
 eval-loop: sglang speculators-env  ## train drafters on on-policy and off-policy data on the CPU, print accept lengths
 	$(BIN)/python -m eagle_datagen_stack.cpu_loop --work .eval-loop
 

@@ -74,7 +74,7 @@ class LoopSettings:
     samples_per_prompt: int = 1
     max_new_tokens: int = 160  # generation
     temperature: float = 1.0  # the profile's; acceptance is measured greedily on the CPU whatever it is
-    draft_vocab_size: int = 256  # at most; fewer when the on-policy answers hold fewer distinct ids (said in the log)
+    draft_vocab_size: int = 256  # at most; fewer when a run's trained tokens hold fewer distinct ids (said on stdout)
     aux_layers: tuple[int, ...] | None = None  # speculators' ids; default: drafter_training.aux_layer_ids
     train: side.TrainSettings = field(default_factory=side.TrainSettings)
     eval_max_new_tokens: int = 32
@@ -136,7 +136,7 @@ class LoopRun:
         self.logs = settings.work / "logs"
         self.seconds: dict[str, float] = {}
         self.cpu_seconds: dict[str, float] = {}
-        self.draft_vocab_size = settings.draft_vocab_size
+        self.draft_vocab_sizes: dict[str, int] = {}  # run id -> its export's draft vocabulary (fitted to its data)
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -173,7 +173,7 @@ class LoopRun:
         to = self.work / f"{run_id}-speculators"
         self.cli(f"export-{run_id}", "export", "--output", str(self.output), "--run-id", run_id,
                  "--format", "speculators", "--to", str(to), "--shuffle-seed", "0",
-                 "--draft-vocab-size", str(fitting_draft_vocab(self.output, run_id, self.settings.draft_vocab_size)))
+                 "--draft-vocab-size", str(self.draft_vocab_sizes[run_id]))
         return to
 
     def off_policy_run(self, prompts: Path, other: Path | str) -> None:
@@ -212,7 +212,8 @@ class LoopRun:
                 finally:
                     plain.stop()
             with self.step("export and target hidden states"):
-                self.draft_vocab_size = fitting_draft_vocab(self.output, "onpolicy", s.draft_vocab_size)
+                self.draft_vocab_sizes = {run: fitting_draft_vocab(self.output, run, s.draft_vocab_size)
+                                          for run in ("onpolicy", "offpolicy")}
                 on_data, off_data = self.export("onpolicy"), self.export("offpolicy")
                 side.target_hidden_states(target, [on_data, off_data], aux, self.logs / "hidden-states.log")
             request = EvalRequest(self.output, "onpolicy", s.tokenizer, s.trust_remote_code, s.eval_max_new_tokens)
@@ -253,7 +254,8 @@ class LoopRun:
         s, checkpoint = self.settings, self.work / "checkpoints" / label
         make = side.random_drafter if label == "random" else side.train_drafter
         log = self.logs / f"train-{label}.log"
-        return make(target, data, vocab, self.draft_vocab_size, aux, checkpoint, s.train, self.drafters / label, log)
+        size = self.draft_vocab_sizes["onpolicy"]  # one draft vocabulary for every drafter: the on-policy run's
+        return make(target, data, vocab, size, aux, checkpoint, s.train, self.drafters / label, log)
 
     def background(self, target: Path, label: str) -> BackgroundServer:
         return BackgroundServer(self.server(target, f"sglang-{label}", self.drafters / label))

@@ -13,7 +13,14 @@ import pytest
 
 from eagle_datagen_stack import acceptance
 from eagle_datagen_stack.acceptance import EvalRequest
-from eagle_datagen_stack.cpu_loop import LoopResult, LoopSettings, format_table, prompt_set
+from eagle_datagen_stack.cpu_loop import (
+    LoopResult,
+    LoopSettings,
+    dtype_args,
+    fitting_draft_vocab,
+    format_table,
+    prompt_set,
+)
 from eagle_datagen_stack.process_tree import TreeUsage
 
 
@@ -107,3 +114,18 @@ def test_tree_usage_counts_a_child_that_has_ended():
         spent = usage.cpu_seconds() - before
     assert 0.8 <= spent <= 3.0, spent  # the child's second (the last tenth of a second may be missed)
     assert usage.peak_bytes >= 80 * 2**20
+
+
+def test_the_draft_vocabulary_is_at_most_what_the_run_supervised(tmp_path, capsys):
+    (tmp_path / "manifests").mkdir()
+    summary = {"token_frequency": {"distinct_tokens": 218, "total_tokens": 900}}
+    (tmp_path / "manifests" / "run=onpolicy.summary.json").write_text(json.dumps(summary))
+    assert fitting_draft_vocab(tmp_path, "onpolicy", 128) == 128 and capsys.readouterr().out == ""
+    assert fitting_draft_vocab(tmp_path, "onpolicy", 256) == 218
+    assert "run onpolicy's draft vocabulary: 218 tokens" in capsys.readouterr().out  # said, not silent
+
+
+def test_a_float32_checkpoint_is_served_in_float32(tmp_path):
+    for dtype, args in (("float32", ("--dtype", "float32")), ("bfloat16", ())):
+        (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": dtype}))
+        assert dtype_args(tmp_path) == args  # SGLang's `auto` would serve float32 weights as float16

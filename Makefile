@@ -14,7 +14,7 @@ SGLANG_PINS := engine/requirements.txt engine/requirements-nodeps.txt engine/con
 SGLANG_HASH := $(shell cat $(SGLANG_PINS) | sha256sum | cut -c1-16)
 SGLANG_STAMP := $(SGLANG_VENV)/.installed-$(SGLANG_HASH)
 
-.PHONY: venv sglang sglang-serve speculators-env specforge-env eval-loop browser compose test test-fast demo demo-cli demo-multiturn airflow lint bench constraints clean
+.PHONY: venv sglang sglang-serve speculators-env specforge-env loop-models eval-loop browser compose test test-fast demo demo-cli demo-multiturn airflow lint bench constraints clean
 
 venv: $(STAMP)
 
@@ -81,8 +81,14 @@ $(SPECFORGE_STAMP): $(SPECFORGE_PINS)
 
 # The loop closed on the CPU: on-policy data -> EAGLE-3 drafter -> accept length in the real SGLang, paired A/Bs against
 # an off-policy and a random drafter; prints the table (docs/internals/evaluation-cpu-loop.md has the measured table).
-# About 3-5 minutes on 2 cores, and about 4 more the first time (it trains its target and other model into the cache).
-eval-loop: sglang speculators-env  ## train drafters on on-policy and off-policy data on the CPU, print accept lengths
+# About 3-5 minutes on 2 cores, and about 4 more the first time (`make loop-models` trains its target and other model).
+# The CPU loop's trained target and other model (engine/build_loop_models.py), in the cache: about 2 minutes each the
+# first time (trained in .venv-speculators), then reused while the builder, its trainer and the demo prompts are unchanged.
+loop-models: sglang speculators-env
+	@TRANSFORMERS_VERBOSITY=error $(BIN)/python engine/build_loop_models.py "$(EAGLE_DATAGEN_CACHE)" >/dev/null
+	@TRANSFORMERS_VERBOSITY=error $(BIN)/python engine/build_loop_models.py "$(EAGLE_DATAGEN_CACHE)" --other >/dev/null
+
+eval-loop: sglang speculators-env loop-models  ## train drafters on on-policy and off-policy data on the CPU, print accept lengths
 	$(BIN)/python -m eagle_datagen_stack.cpu_loop --work .eval-loop
 
 # Debian's Chromium for the browser test of the Airflow UI (tests/stack/test_browser_ui.py); Playwright's own
@@ -101,7 +107,7 @@ compose:
 	  echo "installing Debian's docker-compose to validate docker-compose.yaml ..."; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
 
-test: venv sglang speculators-env specforge-env lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
+test: venv sglang speculators-env specforge-env loop-models lint browser compose  ## ruff, then the whole suite, integration tests included (what CI runs)
 	EAGLE_DATAGEN_REQUIRE_ENGINE=1 EAGLE_DATAGEN_EXIT_RUNS=50 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## skip the slow integration tests

@@ -42,6 +42,7 @@ from typing import Any
 
 from eagle_datagen.standin.sglang.config import SimConfig
 from eagle_datagen.standin.sglang.runner import SimServerThread
+from eagle_datagen.storage.manifest import run_artifact_key
 from eagle_datagen_stack import drafter_training as side
 from eagle_datagen_stack.acceptance import EvalRequest, evaluate_drafter
 from eagle_datagen_stack.process_tree import TreeUsage
@@ -265,24 +266,23 @@ class LoopRun:
                                 compare=(rival_url, rival))
 
 
-def build_loop_target(*flags: str) -> Path:
-    """The loop's target, built into the cache on first use."""
-    done = subprocess.run([sys.executable, str(PROJECT / "engine" / "build_loop_target.py"), str(cache_root()),
-                           *flags], capture_output=True, text=True)
+def cached_engine_model(script: str, *flags: str) -> Path:
+    """A model folder that an engine/ builder script makes in the cache on first use and prints."""
+    done = subprocess.run([sys.executable, str(PROJECT / "engine" / script), str(cache_root()), *flags],
+                          capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"engine/build_loop_target.py {' '.join(flags)} failed: {done.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"engine/{script} {' '.join(flags)} failed: {done.stderr.strip()[-2000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
+
+
+def build_loop_target(*flags: str) -> Path:
+    """The chain target the loop used before its trained models (tests/engine/test_convert_drafter_served.py)."""
+    return cached_engine_model("build_loop_target.py", *flags)
 
 
 def build_loop_model(kind: str) -> Path:
-    """The loop's trained target or other model (engine/build_loop_models.py), built into the cache on first use
-    (about a minute each)."""
-    flags = ["--other"] if kind == "other" else []
-    done = subprocess.run([sys.executable, str(PROJECT / "engine" / "build_loop_models.py"), str(cache_root()),
-                           *flags], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"engine/build_loop_models.py {' '.join(flags)} failed: {done.stderr.strip()[-2000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    """The loop's trained target or other model (engine/build_loop_models.py; `make loop-models` builds both)."""
+    return cached_engine_model("build_loop_models.py", *(["--other"] if kind == "other" else []))
 
 
 def dtype_args(model: Path) -> tuple[str, ...]:
@@ -295,7 +295,7 @@ def dtype_args(model: Path) -> tuple[str, ...]:
 def fitting_draft_vocab(output: Path, run_id: str, wanted: int) -> int:
     """`wanted`, or fewer when the run's trained tokens hold fewer distinct ids (a small target's answers may), said
     on stdout: a draft vocabulary cannot be larger than what the data supervises."""
-    summary = json.loads((output / "manifests" / f"run={run_id}.summary.json").read_text())
+    summary = json.loads((output / run_artifact_key(run_id, "summary.json")).read_text())
     distinct = int(summary["token_frequency"]["distinct_tokens"])
     if distinct >= wanted:
         return wanted
